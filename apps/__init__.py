@@ -1,0 +1,1 @@
+"""Camera apps: specs, detectors, tracking, line and zone logic, events."""

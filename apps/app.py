@@ -1,0 +1,143 @@
+"""One app on one stream: sampled frames in, detections from the engine, events out.
+
+The app never runs a model itself, nor picks its frames: the stream's runner samples
+frames at the app's rate, gets their detections (from a detector or the engine's
+batches) and hands them to `observe`, which tracks them and applies lines and zones.
+
+Per frame: keep detections above `min_confidence` -> track all classes -> each track's
+class is its majority vote -> count only the app's classes on lines and zones.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from apps.counting import LineCounter, ZoneMonitor
+from apps.events import Event
+from apps.spec import AppSpec
+from apps.tracking import Tracker
+from engine.detections import Detections
+from streams.frames import FrameBlock
+
+
+@dataclass
+class TrackState:
+    class_id: int
+    first_ms: float
+    last_ms: float
+    started: bool = False  # track_start emitted (the track is of one of the app's classes)
+
+
+@dataclass
+class FrameResult:
+    frame_id: int
+    pts_ms: float
+    tracked: Detections  # confirmed tracks of the app's classes
+
+
+@dataclass
+class App:
+    spec: AppSpec
+    stream_id: str
+    frame_size: tuple[int, int]  # (width, height) in pixels
+    stream_fps: float
+    labels: tuple[str, ...]  # the detector's class names, indexed by class_id
+    tracker: Tracker = field(init=False)
+    lines: list[LineCounter] = field(init=False)
+    zones: list[ZoneMonitor] = field(init=False)
+    tracks: dict[int, TrackState] = field(default_factory=dict)
+    num_frames: int = 0
+    num_tracks: int = 0  # confirmed tracks of the app's classes
+
+    def __post_init__(self) -> None:
+        spec = self.spec
+        scale = np.array(self.frame_size, np.float64)
+        fps = min(spec.fps, self.stream_fps) if spec.fps else self.stream_fps
+        self.tracker = Tracker(spec.tracker, fps=fps)
+        self.lines = [LineCounter(name, np.array(a) * scale, np.array(b) * scale)
+                      for name, (a, b) in spec.lines.items()]
+        self.zones = [ZoneMonitor(name, np.array(poly, np.float64) * scale) for name, poly in spec.zones.items()]
+        wanted = spec.classes if spec.classes is not None else list(self.labels)
+        self._wanted = np.array([self.labels.index(c) for c in wanted], np.int64)
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    def observe(self, block: FrameBlock, detections: list[Detections]) -> tuple[list[Event], list[FrameResult]]:
+        """Apply one block's detections: one `Detections` per frame of `block`, which
+        holds the frames sampled for this app."""
+        if len(detections) != len(block):
+            raise ValueError(f"{self.name}: got {len(detections)} detection sets for {len(block)} frames")
+        events: list[Event] = []
+        results: list[FrameResult] = []
+        for i, dets in enumerate(detections):
+            result = FrameResult(int(block.frame_ids[i]), float(block.pts_ms[i]), Detections.empty())
+            events += self._observe_frame(result, dets)
+            results.append(result)
+        return events, results
+
+    def _observe_frame(self, result: FrameResult, dets: Detections) -> list[Event]:
+        t_ms = result.pts_ms
+        self.num_frames += 1
+        dets = dets[dets.confidence >= self.spec.min_confidence]
+        tracked = self.tracker.update(dets)
+        events: list[Event] = []
+        for tid, cid in zip(tracked.tracker_id, tracked.class_id):
+            tid, cid = int(tid), int(cid)
+            state = self.tracks.get(tid)
+            if state is None:
+                state = self.tracks[tid] = TrackState(cid, t_ms, t_ms)
+            state.class_id, state.last_ms = cid, t_ms
+            if not state.started and cid in self._wanted:
+                state.started = True
+                self.num_tracks += 1
+                events.append(self._event("track_start", t_ms, tid, cid))
+        mine = tracked[np.isin(tracked.class_id, self._wanted)]
+        for line in self.lines:
+            for c in line.update(mine):
+                events.append(self._event("line_cross", t_ms, c.track_id, c.class_id,
+                                          line=line.name, direction=c.direction))
+        for zone in self.zones:
+            entered, exited = zone.update(mine)
+            events += [self._event("zone_enter", t_ms, tid, cid, zone=zone.name) for tid, cid in entered]
+            events += [self._event("zone_exit", t_ms, tid, cid, zone=zone.name) for tid, cid in exited]
+        events += self._end_stale_tracks(t_ms)
+        result.tracked = mine
+        return events
+
+    def _end_stale_tracks(self, t_ms: float, everything: bool = False) -> list[Event]:
+        events: list[Event] = []
+        horizon = self.spec.tracker.lost_track_s * 1000.0
+        for tid in [t for t, s in self.tracks.items() if everything or t_ms - s.last_ms > horizon]:
+            state = self.tracks.pop(tid)
+            for zone in self.zones:
+                if zone.end_track(tid) is not None:
+                    events.append(self._event("zone_exit", state.last_ms, tid, state.class_id, zone=zone.name))
+            for line in self.lines:
+                line.forget(tid)
+            self.tracker.forget(tid)
+            if state.started:
+                events.append(self._event("track_end", state.last_ms, tid, state.class_id,
+                                          duration_ms=round(state.last_ms - state.first_ms, 3)))
+        return events
+
+    def finish(self) -> list[Event]:
+        """End every open track (the stream ended)."""
+        last = max((s.last_ms for s in self.tracks.values()), default=0.0)
+        return self._end_stale_tracks(last, everything=True)
+
+    def _event(self, kind: str, t_ms: float, track_id: int, class_id: int, **data) -> Event:
+        return Event(kind, self.name, self.stream_id, t_ms, track_id, self.labels[class_id], data)
+
+    def counts(self) -> dict:
+        lines = {}
+        for line in self.lines:
+            by_class = {self.labels[c]: d.to_dict() for c, d in sorted(line.by_class.items())}
+            lines[line.name] = {**line.total.to_dict(), "by_class": by_class}
+        zones = {z.name: {"entered": z.num_entered,
+                          "occupancy": {self.labels[c]: n for c, n in sorted(z.occupancy().items())}}
+                 for z in self.zones}
+        return {"tracks": self.num_tracks, "lines": lines, "zones": zones}

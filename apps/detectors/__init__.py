@@ -1,0 +1,50 @@
+"""Host detectors: the ones that run beside the apps instead of in the engine.
+
+A detector that keeps per-stream state (a background model) cannot be batched across
+streams, so it runs on the app's side, one instance per app and stream. Everything
+else is a model in the engine's repository, named by the app spec's `detector`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Protocol
+
+from engine.detections import Detections
+from streams.frames import FrameBlock
+
+
+class Detector(Protocol):
+    labels: tuple[str, ...]
+
+    def detect(self, block: FrameBlock) -> list[Detections]:
+        """One `Detections` per frame of the block, in pixel coordinates of the block."""
+        ...
+
+
+@dataclass(frozen=True)
+class DetectorInfo:
+    labels: tuple[str, ...]
+    build: Callable[[dict[str, Any]], Detector]
+    summary: str
+
+
+def _motion(options: dict[str, Any]) -> Detector:
+    from apps.detectors.motion import MotionDetector, MotionOptions
+    return MotionDetector(MotionOptions(**options))
+
+
+HOST_DETECTORS: dict[str, DetectorInfo] = {
+    "motion": DetectorInfo(("motion",), _motion, "background subtraction: moving blobs, no classes"),
+}
+
+
+def build_host_detector(name: str, options: dict[str, Any] | None = None) -> Detector:
+    try:
+        info = HOST_DETECTORS[name]
+    except KeyError:
+        raise ValueError(f"unknown host detector {name!r}; known: {sorted(HOST_DETECTORS)}") from None
+    try:
+        return info.build(dict(options or {}))
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"detector {name!r}: bad detector_options: {exc}") from None

@@ -1,0 +1,29 @@
+"""Events an app emits: track_start, track_end, line_cross, zone_enter, zone_exit; and
+model_selected when adaptive selection moves an app to another model version (track_id
+-1, class "")."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+EVENT_TYPES = ("track_start", "track_end", "line_cross", "zone_enter", "zone_exit", "model_selected")
+
+
+@dataclass(frozen=True)
+class Event:
+    type: str
+    app: str
+    stream: str
+    t_ms: float  # stream time
+    track_id: int
+    cls: str
+    data: dict[str, Any] = field(default_factory=dict)  # line+direction, zone, duration_ms
+
+    def __post_init__(self) -> None:
+        if self.type not in EVENT_TYPES:
+            raise ValueError(f"event type must be one of {EVENT_TYPES}; was {self.type!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": self.type, "app": self.app, "stream": self.stream, "t_ms": round(self.t_ms, 3),
+                "track_id": self.track_id, "class": self.cls, **self.data}

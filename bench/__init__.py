@@ -1,0 +1,1 @@
+"""Side-by-side benchmarks: Vigil against baselines and peers, reported as ratios."""

@@ -1,0 +1,1 @@
+"""Serving: model repository, fragments, profiles, scheduler and executor."""

@@ -1,0 +1,374 @@
+"""Adapters: build a model version from its `model.yaml` into fragments the engine runs.
+
+A fragment is one piece of a model that runs as a batch: the whole model, or one of
+its named child modules when `split` is given. Fragments form a tree (a backbone with
+several heads); each has a content hash over its architecture and weights (and, for a
+root, the preprocessing it expects), so identical pieces of different models and
+versions are recognised without anyone declaring them shared.
+
+Host work lives here too: `preprocess` turns frames into the root's input and
+`postprocess` turns a leaf's output into results; the engine runs both off the device
+loop.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from engine.detections import Detections
+from engine.repository import ModelSpec, RepositoryError
+
+log = logging.getLogger("vigil.engine")
+
+# torchvision classification families: (names of the backbone children, head child).
+# Their forward() flattens between pooling and the classifier, so a backbone fragment
+# ends with a Flatten.
+TORCHVISION_LAYOUTS = {
+    "resnet": (("conv1", "bn1", "relu", "maxpool", "layer1", "layer2", "layer3", "layer4", "avgpool"), "fc"),
+    "resnext": (("conv1", "bn1", "relu", "maxpool", "layer1", "layer2", "layer3", "layer4", "avgpool"), "fc"),
+    "mobilenet": (("features", "avgpool"), "classifier"),
+    "efficientnet": (("features", "avgpool"), "classifier"),
+}
+
+
+@dataclass
+class Fragment:
+    name: str
+    hash: str
+    parent: str | None
+    run: Callable[[Any], Any]  # batch input -> batch output
+    collate: Callable[[list[Any]], Any]  # per-item inputs -> batch input
+    split: Callable[[Any, int], list[Any]]  # batch output -> per-item outputs
+    module: Any = None  # kept so the engine can free it
+
+    def describe(self) -> dict:
+        return {"name": self.name, "hash": self.hash[:12], "parent": self.parent}
+
+
+@dataclass
+class LoadedModel:
+    spec: ModelSpec
+    version: int
+    folder: Path
+    device: str
+    fragments: dict[str, Fragment]  # root first
+    random_weights: bool = False
+    preprocess: Callable[[np.ndarray], list[Any]] = field(default=lambda frames: list(frames))
+
+    @property
+    def leaves(self) -> list[str]:
+        parents = {f.parent for f in self.fragments.values()}
+        return [name for name in self.fragments if name not in parents]
+
+    def path_to(self, leaves: list[str]) -> list[str]:
+        """Every fragment on the way to these leaves, root first."""
+        needed: set[str] = set()
+        for leaf in leaves:
+            name: str | None = leaf
+            while name is not None:
+                needed.add(name)
+                name = self.fragments[name].parent
+        return [n for n in self.fragments if n in needed]
+
+    def leaves_for_labels(self, labels: list[str] | None) -> list[str]:
+        """The heads that detect any of these labels (all leaves when None)."""
+        if labels is None or not self.spec.heads:
+            return self.leaves
+        wanted = [head for head, names in self.spec.heads.items() if set(names) & set(labels)]
+        return wanted or self.leaves
+
+    def infer(self, frames: np.ndarray, leaves: list[str] | None = None) -> list[dict[str, Any]]:
+        """Run directly, without the engine: frames [N, H, W, 3] -> per frame {leaf: result}.
+        For evaluation and for baselines that call a model in a plain loop."""
+        leaves = leaves or self.leaves
+        values: dict[str, Any] = {}
+        for name in self.path_to(leaves):
+            frag = self.fragments[name]
+            x = frag.collate(self.preprocess(frames)) if frag.parent is None else values[frag.parent]
+            values[name] = frag.run(x)
+        size = (frames.shape[2], frames.shape[1])
+        per_leaf = {leaf: self.fragments[leaf].split(values[leaf], len(frames)) for leaf in leaves}
+        return [{leaf: self.postprocess(leaf, per_leaf[leaf][i], size) for leaf in leaves} for i in range(len(frames))]
+
+    def postprocess(self, leaf: str, output: Any, frame_size: tuple[int, int]) -> Any:
+        """One item's leaf output -> Detections (detectors) or a numpy array."""
+        kind = self.spec.output
+        if kind == "detections":
+            return output
+        if kind == "centernet":
+            from engine.models.scenedet import decode
+
+            scale = _scale_for(self.spec, frame_size)
+            head = {k: v.unsqueeze(0).float().cpu() for k, v in output.items()}
+            xyxy, score, cls = decode(head, scale, min_score=0.05)[0]
+            width, height = frame_size
+            xyxy[:, [0, 2]] = xyxy[:, [0, 2]].clip(0, width - 1)
+            xyxy[:, [1, 3]] = xyxy[:, [1, 3]].clip(0, height - 1)
+            label_ids = np.array([self.spec.labels.index(n) for n in self.spec.heads[leaf]], np.int64)
+            return Detections(xyxy, score, label_ids[cls])
+        import torch
+
+        tensor = output.float().cpu()
+        if kind == "classification":
+            tensor = torch.softmax(tensor, dim=-1)
+        return tensor.numpy()
+
+
+def _scale_for(spec: ModelSpec, frame_size: tuple[int, int]) -> float:
+    if spec.input.scale is not None:
+        return spec.input.scale
+    return 1.0
+
+
+# -- hashing -------------------------------------------------------------------------------
+def torch_hash(module, extra: dict) -> str:
+    h = hashlib.sha256()
+    h.update(json.dumps(extra, sort_keys=True).encode())
+    h.update(repr(module).encode())
+    for key, tensor in module.state_dict().items():
+        h.update(key.encode())
+        h.update(str(tuple(tensor.shape)).encode())
+        h.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()
+
+
+# -- preprocessing ---------------------------------------------------------------------------
+def image_preprocess(spec: ModelSpec, device: str) -> Callable[[np.ndarray], list[Any]]:
+    import cv2
+    import torch
+
+    inp = spec.input
+    mean = torch.tensor(inp.mean, device=device).view(1, 3, 1, 1) if inp.mean else None
+    std = torch.tensor(inp.std, device=device).view(1, 3, 1, 1) if inp.std else None
+
+    def run(frames: np.ndarray) -> list[Any]:
+        n, height, width, _ = frames.shape
+        if inp.size is not None:
+            h, w = inp.size
+        elif inp.scale is not None:
+            h, w = int(round(height * inp.scale)), int(round(width * inp.scale))
+        else:
+            h, w = height, width
+        ph, pw = -(-h // inp.pad_to) * inp.pad_to, -(-w // inp.pad_to) * inp.pad_to
+        out = np.zeros((n, ph, pw, 3), np.uint8)
+        for i in range(n):
+            out[i, :h, :w] = frames[i] if (h, w) == (height, width) else \
+                cv2.resize(frames[i], (w, h), interpolation=cv2.INTER_AREA)
+        x = torch.from_numpy(out).to(device).permute(0, 3, 1, 2).float().div_(255.0)
+        if mean is not None:
+            x = (x - mean) / std
+        return list(x.unbind(0))
+
+    return run
+
+
+def _torch_collate(items: list[Any]):
+    import torch
+
+    first = items[0]
+    if isinstance(first, dict):
+        return {k: torch.stack([it[k] for it in items]) for k in first}
+    return torch.stack(items)
+
+
+def _torch_split(out: Any, n: int) -> list[Any]:
+    if isinstance(out, dict):
+        return [{k: v[i] for k, v in out.items()} for i in range(n)]
+    return list(out.unbind(0))
+
+
+def _list_collate(items: list[Any]) -> list[Any]:
+    return list(items)
+
+
+def _list_split(out: list[Any], n: int) -> list[Any]:
+    return list(out)
+
+
+# -- adapters ------------------------------------------------------------------------------------
+def load_model(spec: ModelSpec, folder: Path, version: int, device: str) -> LoadedModel:
+    """Build a version's fragments on `device`. Raises RepositoryError naming the file."""
+    yaml_path = folder / "model.yaml"
+    try:
+        builder = {"python": _torch_model, "torchvision": _torch_model, "torchscript": _scripted,
+                   "torch_export": _exported, "onnx": _onnx, "opencv_hog": _opencv,
+                   "opencv_haar": _opencv}[spec.adapter]
+        return builder(spec, folder, version, device)
+    except RepositoryError:
+        raise
+    except Exception as exc:  # an adapter's own failure still names the file
+        raise RepositoryError(f"{yaml_path}: cannot load ({type(exc).__name__}: {exc})") from None
+
+
+def _root_extra(spec: ModelSpec) -> dict:
+    return {"input": spec.input.model_dump(mode="json")}
+
+
+def _build_torch(spec: ModelSpec, folder: Path):
+    import torch
+
+    yaml_path = folder / "model.yaml"
+    if spec.weights == "random":
+        torch.manual_seed(spec.seed)
+    if spec.adapter == "python":
+        module_name, _, func_name = spec.factory.partition(":")
+        try:
+            factory = getattr(importlib.import_module(module_name), func_name)
+        except (ImportError, AttributeError) as exc:
+            raise RepositoryError(f"{yaml_path}: factory: cannot import {spec.factory!r} ({exc})") from None
+        model = factory(spec.config)
+    else:
+        import torchvision
+
+        if spec.arch not in torchvision.models.list_models(module=torchvision.models):
+            raise RepositoryError(f"{yaml_path}: arch: unknown torchvision architecture {spec.arch!r}")
+        model = torchvision.models.get_model(spec.arch, weights=None, **spec.config)
+    if spec.weights == "random":
+        log.warning("%s: RANDOM WEIGHTS (benchmarks only): outputs are meaningless", yaml_path)
+        return model, True
+    weights = folder / spec.weights
+    try:
+        state = torch.load(weights, map_location="cpu", weights_only=True)
+    except Exception as exc:
+        raise RepositoryError(f"{yaml_path}: weights: cannot read {weights.name} ({exc})") from None
+    try:
+        model.load_state_dict(state)
+    except RuntimeError as exc:
+        first = str(exc).strip().splitlines()
+        raise RepositoryError(f"{yaml_path}: weights: {weights.name} does not match the architecture "
+                              f"({' '.join(first[:2])[:300]})") from None
+    return model, False
+
+
+def _torch_model(spec: ModelSpec, folder: Path, version: int, device: str) -> LoadedModel:
+    import torch
+    from torch import nn
+
+    model, random = _build_torch(spec, folder)
+    model.eval()
+    children = dict(model.named_children())
+    parts: dict[str, nn.Module] = {}
+    if spec.adapter == "torchvision" and spec.split:
+        family = next((k for k in TORCHVISION_LAYOUTS if spec.arch.startswith(k)), None)
+        names = [f.name for f in spec.fragments()]
+        if family is None or names != ["backbone", "head"]:
+            raise RepositoryError(f"{folder / 'model.yaml'}: split: torchvision models split as "
+                                  f"[backbone, head] for {sorted(TORCHVISION_LAYOUTS)}; was {names}")
+        body, head = TORCHVISION_LAYOUTS[family]
+        parts = {"backbone": nn.Sequential(*[children[c] for c in body], nn.Flatten(1)), "head": children[head]}
+    elif spec.split:
+        for f in spec.fragments():
+            if f.name not in children:
+                raise RepositoryError(f"{folder / 'model.yaml'}: split: {f.name!r} is not a child module "
+                                      f"(children: {sorted(children)})")
+            parts[f.name] = children[f.name]
+    fragments: dict[str, Fragment] = {}
+    specs = spec.fragments() if parts else []
+    if not parts:
+        specs = [None]
+        parts = {"model": model}
+    for f in specs:
+        name = f.name if f else "model"
+        parent = f.after if f else None
+        module = parts[name]
+        extra = {"adapter": spec.adapter, **(_root_extra(spec) if parent is None else {})}
+        digest = torch_hash(module, extra)
+        module = module.to(device)
+        fragments[name] = Fragment(name, digest, parent, _inference(module), _torch_collate, _torch_split, module)
+    return LoadedModel(spec, version, folder, device, fragments, random, image_preprocess(spec, device))
+
+
+def _inference(module):
+    import torch
+
+    def run(batch):
+        with torch.inference_mode():
+            return module(batch)
+
+    return run
+
+
+def _single(spec: ModelSpec, folder: Path, version: int, device: str, module, digest: str,
+            random: bool = False) -> LoadedModel:
+    if spec.split:
+        raise RepositoryError(f"{folder / 'model.yaml'}: split: {spec.adapter} models run as one fragment")
+    frag = Fragment("model", digest, None, _inference(module), _torch_collate, _torch_split, module)
+    return LoadedModel(spec, version, folder, device, {"model": frag}, random, image_preprocess(spec, device))
+
+
+def _file_hash(path: Path, extra: dict) -> str:
+    h = hashlib.sha256(json.dumps(extra, sort_keys=True).encode())
+    h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+def _scripted(spec: ModelSpec, folder: Path, version: int, device: str) -> LoadedModel:
+    import torch
+
+    path = folder / spec.weights
+    try:
+        module = torch.jit.load(str(path), map_location=device).eval()
+    except Exception as exc:
+        raise RepositoryError(f"{folder / 'model.yaml'}: weights: {path.name} is not a TorchScript file ({exc})") from None
+    return _single(spec, folder, version, device, module, _file_hash(path, {"adapter": "torchscript", **_root_extra(spec)}))
+
+
+def _exported(spec: ModelSpec, folder: Path, version: int, device: str) -> LoadedModel:
+    import torch
+
+    path = folder / spec.weights
+    try:
+        module = torch.export.load(str(path)).module().to(device)
+    except Exception as exc:
+        raise RepositoryError(f"{folder / 'model.yaml'}: weights: {path.name} is not a torch.export file ({exc})") from None
+    return _single(spec, folder, version, device, module, _file_hash(path, {"adapter": "torch_export", **_root_extra(spec)}))
+
+
+def _onnx(spec: ModelSpec, folder: Path, version: int, device: str) -> LoadedModel:
+    import onnxruntime as ort
+    import torch
+
+    path = folder / spec.weights
+    providers = ["CUDAExecutionProvider", "CPUExecutionProvider"] if device.startswith("cuda") else ["CPUExecutionProvider"]
+    available = set(ort.get_available_providers())
+    try:
+        session = ort.InferenceSession(str(path), providers=[p for p in providers if p in available])
+    except Exception as exc:
+        raise RepositoryError(f"{folder / 'model.yaml'}: weights: {path.name} is not a valid ONNX model ({exc})") from None
+    input_name = session.get_inputs()[0].name
+
+    def run(batch):
+        out = session.run(None, {input_name: batch.detach().cpu().numpy()})[0]
+        return torch.from_numpy(out)
+
+    frag = Fragment("model", _file_hash(path, {"adapter": "onnx", **_root_extra(spec)}), None, run,
+                    _torch_collate, _torch_split, session)
+    if spec.split:
+        raise RepositoryError(f"{folder / 'model.yaml'}: split: onnx models run as one fragment")
+    return LoadedModel(spec, version, folder, device, {"model": frag}, False, image_preprocess(spec, "cpu"))
+
+
+def _opencv(spec: ModelSpec, folder: Path, version: int, device: str) -> LoadedModel:
+    """OpenCV's classical detectors run on the CPU on whole frames, one frame at a time."""
+    from engine.models.opencv import HaarDetector, HaarOptions, HogDetector, HogOptions
+
+    try:
+        if spec.adapter == "opencv_hog":
+            detector = HogDetector(HogOptions(**spec.config))
+        else:
+            detector = HaarDetector(HaarOptions(**spec.config))
+    except (TypeError, ValueError) as exc:
+        raise RepositoryError(f"{folder / 'model.yaml'}: config: {exc}") from None
+    if spec.split:
+        raise RepositoryError(f"{folder / 'model.yaml'}: split: OpenCV detectors run as one fragment")
+    digest = hashlib.sha256(json.dumps({"adapter": spec.adapter, "config": spec.config}, sort_keys=True).encode())
+    frag = Fragment("model", digest.hexdigest(), None, detector.detect, _list_collate, _list_split, detector)
+    return LoadedModel(spec, version, folder, "cpu", {"model": frag}, False, lambda frames: list(frames))

@@ -1,0 +1,455 @@
+"""The engine: one per device. Requests in, results out; schedule -> execute -> update.
+
+Narrow boundary (so a cluster layer can wrap each engine as an actor): `submit_many`,
+`load` / `unload` / `reload` / `set_label`, `profiles`, `load_report`, `metrics`, `close`.
+
+A request names a model (and version or label), one frame and the labels it needs.
+Its path is the fragments from the model's root to the heads that detect those labels.
+Each fragment hash is one session with one queue; an entry in a queue is one input to
+that fragment, and every request that needs the same fragment on the same input (the
+same `input_key`, e.g. stream and frame id) subscribes to the same entry, so a shared
+backbone runs once per frame for all the apps and models that contain it.
+
+The SLO is split over a path's stages in proportion to their profiled latency at
+batch 1; each stage's share sets that entry's deadline. Host work is kept off the
+device loop: preprocessing runs on the submitting thread, postprocessing on a pool.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Callable, Hashable
+
+import numpy as np
+
+from engine.detections import Detections
+from engine.metrics import EngineMetrics
+from engine.repository import ModelRepository
+from engine.scheduler import Plan, Policy, WorkItem, make_policy
+from engine.selection import RateMeter, VersionCost, capacity, choose_version
+from engine.servables import ModelManager, Servable
+
+log = logging.getLogger("vigil.engine")
+
+
+ADAPTIVE = "adaptive"  # Request.version: let the engine choose by load
+
+
+class Dropped(Exception):
+    """The engine gave up on a request; `reason` says why (deadline, overloaded, error, ...)."""
+
+    def __init__(self, reason: str, detail: str = "") -> None:
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class Request:
+    app: str
+    model: str
+    image: np.ndarray  # [H, W, 3] uint8 RGB
+    capture_ms: float  # deadline = capture_ms + slo_ms
+    slo_ms: float
+    version: int | str | None = None  # number, label, "adaptive", or None for the latest
+    priority: int = 0
+    labels: tuple[str, ...] | None = None  # which heads; all when None
+    input_key: Hashable | None = None  # equal keys are the same input (computed once)
+
+
+@dataclass
+class Result:
+    app: str
+    model: str
+    version: int
+    outputs: dict[str, Any]  # leaf fragment -> Detections or array
+    latency_ms: float
+    within_slo: bool
+
+    @property
+    def detections(self) -> Detections:
+        return Detections.concat([o for o in self.outputs.values() if isinstance(o, Detections)])
+
+
+@dataclass
+class _State:
+    request: Request
+    servable: Servable
+    future: Future
+    leaves: list[str]
+    needed: set[str]
+    stage: dict[str, tuple[float, float]]  # fragment -> (deadline_ms, budget_ms)
+    outputs: dict[str, Any] = field(default_factory=dict)
+    finished: bool = False
+
+
+@dataclass
+class _Entry:
+    item_id: int
+    session: str
+    key: Hashable | None
+    input: Any
+    arrival_ms: float
+    subscribers: list[tuple[_State, str]]  # (request, fragment name within its model)
+    deadline_ms: float = float("inf")
+    budget_ms: float = float("inf")
+    priority: int = 0
+
+    def subscribe(self, state: _State, fragment: str) -> None:
+        self.subscribers.append((state, fragment))
+        deadline, budget = state.stage[fragment]
+        self.deadline_ms = min(self.deadline_ms, deadline)
+        self.budget_ms = min(self.budget_ms, budget)
+        self.priority = max(self.priority, state.request.priority)
+
+    def shape(self) -> Any:
+        x = self.input
+        if isinstance(x, dict):
+            return tuple(sorted((k, tuple(v.shape)) for k, v in x.items()))
+        return tuple(getattr(x, "shape", ()))
+
+
+def monotonic_ms() -> float:
+    return time.monotonic() * 1000.0
+
+
+class Engine:
+    def __init__(self, repository: ModelRepository, device: str = "cpu", policy: str | Policy = "nexus",
+                 clock: Callable[[], float] = monotonic_ms, max_queue: int = 4096, postprocess_workers: int = 1,
+                 share: bool = True) -> None:
+        """`share=False` turns off prefix sharing: each version keeps its own fragments and
+        equal inputs are not merged (how TF Serving or Clipper would serve the models)."""
+        self.device = device
+        self.share = share
+        self.clock = clock
+        self.policy = make_policy(policy) if isinstance(policy, str) else policy
+        self.metrics = EngineMetrics()
+        self.manager = ModelManager(repository, device, share=share)
+        self.max_queue = max_queue
+        self._cond = threading.Condition(self.manager.lock)
+        self._queues: dict[str, list[_Entry]] = {}
+        self._pending: dict[tuple[str, Hashable], _Entry] = {}
+        self._next_id = 0
+        self._closing = False
+        self._rates: dict[str, RateMeter] = {}  # model -> recent request rate (adaptive selection)
+        self._selected: dict[tuple[str, str], int] = {}  # (app, model) -> version chosen last
+        self.selection_events: deque[dict] = deque(maxlen=10_000)
+        self._busy_ms = 0.0
+        self._started_ms = clock()
+        self._post = ThreadPoolExecutor(postprocess_workers, thread_name_prefix="engine-post")
+        self._thread = threading.Thread(target=self._loop, name=f"engine-{device}", daemon=True)
+        self._thread.start()
+
+    # -- models -------------------------------------------------------------------------------------
+    def load(self, name: str, versions: list[int] | None = None) -> list[int]:
+        loaded = self.manager.load(name, versions)
+        self._mark_random(name)
+        return loaded
+
+    def unload(self, name: str, version: int | None = None) -> list[int]:
+        return self.manager.unload(name, version)
+
+    def reload(self, name: str) -> dict[str, list[int]]:
+        out = self.manager.reload(name)
+        self._mark_random(name)
+        return out
+
+    def set_label(self, name: str, label: str, version: int) -> None:
+        self.manager.set_label(name, label, version)
+
+    def _mark_random(self, name: str) -> None:
+        with self.manager.lock:
+            for v, s in self.manager.versions.get(name, {}).items():
+                self.metrics.random_weights.labels(name, str(v)).set(1 if s.model.random_weights else 0)
+
+    @property
+    def ready(self) -> bool:
+        return self.manager.loading == 0
+
+    # -- requests -----------------------------------------------------------------------------------
+    def submit(self, request: Request) -> Future:
+        return self.submit_many([request])[0]
+
+    def submit_many(self, requests: list[Request]) -> list[Future]:
+        """Submit together so requests on the same input share fragments reliably."""
+        futures: list[Future] = []
+        states: list[_State | None] = []
+        with self._cond:
+            for req in requests:
+                fut: Future = Future()
+                futures.append(fut)
+                states.append(self._admit(req, fut))
+        # Host work outside the lock: preprocess each distinct root input once.
+        inputs: dict[int, Any] = {}
+        for i, state in enumerate(states):
+            if state is None or self._root_pending(state):
+                continue
+            inputs[i] = state.servable.model.preprocess(state.request.image[None])[0]
+        with self._cond:
+            for i, state in enumerate(states):
+                if state is None:
+                    continue
+                root = state.servable.model.path_to(state.leaves)[0]
+                try:
+                    self._enqueue(state, root, inputs.get(i), self._key(state.request))
+                except Dropped as exc:
+                    self._fail(state, exc.reason, str(exc))
+            self._cond.notify_all()
+        return futures
+
+    def _admit(self, req: Request, fut: Future) -> _State | None:
+        version = str(req.version) if req.version is not None else "latest"
+        try:
+            if self._closing:
+                raise LookupError("engine is shutting down")
+            ref = self._select(req) if req.version == ADAPTIVE else req.version
+            servable = self.manager.resolve(req.model, ref)
+        except LookupError as exc:
+            self.metrics.arrived(req.app, req.model, version)
+            self.metrics.dropped(req.app, req.model, version, "unavailable")
+            fut.set_exception(Dropped("unavailable", str(exc)))
+            return None
+        servable.in_flight += 1
+        self.metrics.arrived(req.app, req.model, str(servable.version))
+        model = servable.model
+        leaves = model.leaves_for_labels(list(req.labels) if req.labels is not None else None)
+        needed = model.path_to(leaves)
+        return _State(req, servable, fut, leaves, set(needed), self._stages(model, leaves, req))
+
+    def _select(self, req: Request) -> int:
+        """Adaptive selection: the version for this request, by the model's load."""
+        versions = self.manager.versions.get(req.model)
+        if not versions:
+            raise LookupError(f"model {req.model!r} is not loaded")
+        rate = self._rates.setdefault(req.model, RateMeter()).add(self.clock())
+        options = []
+        for v, servable in versions.items():
+            profiles = [self.manager.sessions[f.hash].profile for f in servable.model.fragments.values()]
+            quality = servable.model.spec.quality
+            options.append(VersionCost(v, quality if quality is not None else float(v), capacity(profiles, req.slo_ms)))
+        key = (req.app, req.model)
+        current = self._selected.get(key)
+        chosen = choose_version(options, rate, current)
+        if chosen != current:
+            self._selected[key] = chosen
+            event = {"type": "model_selected", "app": req.app, "model": req.model, "from_version": current,
+                     "to_version": chosen, "rate_per_s": round(rate, 2), "t_ms": round(self.clock(), 1)}
+            self.selection_events.append(event)
+            self.metrics.selection(req.app, req.model, chosen)
+        return chosen
+
+    def _stages(self, model, leaves: list[str], req: Request) -> dict[str, tuple[float, float]]:
+        """Each fragment's deadline and budget: the SLO split in proportion to l(1)."""
+        sessions = self.manager.sessions
+        own = {n: sessions[f.hash].profile.latency_ms(1) for n, f in model.fragments.items()}
+        cumulative: dict[str, float] = {}
+        for name, frag in model.fragments.items():  # root first
+            cumulative[name] = own[name] + (cumulative[frag.parent] if frag.parent else 0.0)
+        total = max(cumulative[leaf] for leaf in leaves) or 1.0
+        return {n: (req.capture_ms + req.slo_ms * cumulative[n] / total, req.slo_ms * own[n] / total)
+                for n in model.fragments}
+
+    def _key(self, request: Request) -> Hashable | None:
+        return request.input_key if self.share else None
+
+    def _root_pending(self, state: _State) -> bool:
+        key = self._key(state.request)
+        if key is None:
+            return False
+        root = state.servable.model.fragments[state.servable.model.path_to(state.leaves)[0]]
+        with self._cond:
+            return (root.hash, key) in self._pending
+
+    def _enqueue(self, state: _State, fragment: str, value: Any, key: Hashable | None) -> None:
+        frag = state.servable.model.fragments[fragment]
+        if key is not None and (frag.hash, key) in self._pending:
+            self._pending[(frag.hash, key)].subscribe(state, fragment)
+            return
+        if value is None:  # the entry it was to share has run meanwhile: compute it now
+            value = state.servable.model.preprocess(state.request.image[None])[0]
+        queue = self._queues.setdefault(frag.hash, [])
+        if len(queue) >= self.max_queue:
+            raise Dropped("overloaded", f"queue of {self.manager.sessions[frag.hash].label} is full")
+        self._next_id += 1
+        entry = _Entry(self._next_id, frag.hash, key, value, self.clock(), [])
+        entry.subscribe(state, fragment)
+        queue.append(entry)
+        if key is not None:
+            self._pending[(frag.hash, key)] = entry
+
+    # -- the loop: schedule -> execute -> update ------------------------------------------------
+    def _loop(self) -> None:
+        while True:
+            try:
+                with self._cond:
+                    plan, batch, dropped = self._schedule()
+            except Exception:  # a scheduling bug must not strand every waiting request
+                log.exception("scheduler failed; failing the queued requests")
+                with self._cond:
+                    stranded = self._take({e.item_id: "error" for q in self._queues.values() for e in q})
+                for entry, reason in stranded:
+                    self._drop_entry(entry, reason, "scheduler failure")
+                continue
+            if plan is None:
+                return
+            for entry, reason in dropped:
+                self._drop_entry(entry, reason)
+            if batch:
+                self._execute(plan.session, batch)
+
+    def _schedule(self) -> tuple[Plan | None, list[_Entry], list[tuple[_Entry, str]]]:
+        """Under the lock: wait for work, plan, and take the plan's entries off the queues."""
+        while True:
+            if self._closing and not any(self._queues.values()):
+                return None, [], []
+            items = {h: [WorkItem(e.item_id, e.arrival_ms, e.deadline_ms, e.budget_ms, e.priority) for e in q]
+                     for h, q in self._queues.items() if q}
+            profiles = {h: self.manager.sessions[h].profile for h in items}
+            plan = self.policy.plan(items, profiles, self.clock()) if items else Plan()
+            dropped = self._take(dict(plan.dropped))
+            batch: list[_Entry] = []
+            if plan.session is not None:
+                wanted = set(plan.batch)
+                candidates = [e for e in self._queues[plan.session] if e.item_id in wanted]
+                order = {item_id: i for i, item_id in enumerate(plan.batch)}
+                candidates.sort(key=lambda e: order[e.item_id])
+                shape = candidates[0].shape()  # only inputs of one shape stack into a batch
+                batch = [e for e in candidates if e.shape() == shape]
+                self._take({e.item_id: "" for e in batch})
+            for h, q in self._queues.items():
+                self.metrics.queue_depth.labels(h[:12]).set(len(q))
+            if batch or dropped:
+                return plan, batch, dropped
+            timeout = None
+            if plan.wait_until_ms is not None:
+                timeout = max(0.0, (plan.wait_until_ms - self.clock()) / 1000.0)
+            self._cond.wait(timeout if timeout is not None else 0.5)
+
+    def _take(self, ids: dict[int, str]) -> list[tuple[_Entry, str]]:
+        taken = []
+        if not ids:
+            return taken
+        for h, q in self._queues.items():
+            keep = []
+            for e in q:
+                if e.item_id in ids:
+                    taken.append((e, ids[e.item_id]))
+                    if e.key is not None:
+                        self._pending.pop((h, e.key), None)
+                else:
+                    keep.append(e)
+            self._queues[h] = keep
+        return taken
+
+    def _execute(self, session: str, batch: list[_Entry]) -> None:
+        info = self.manager.sessions.get(session)
+        frag = batch[0].subscribers[0][0].servable.model.fragments[batch[0].subscribers[0][1]]
+        started = time.perf_counter()
+        try:
+            out = frag.run(frag.collate([e.input for e in batch]))
+            if self.device.startswith("cuda"):
+                import torch
+
+                torch.cuda.synchronize()
+            outputs = frag.split(out, len(batch))
+        except Exception as exc:  # a failed batch fails its members, and only them
+            log.exception("fragment %s failed on a batch of %d", info.label if info else session[:12], len(batch))
+            for entry in batch:
+                self._drop_entry(entry, "error", f"{type(exc).__name__}: {exc}")
+            return
+        elapsed_ms = (time.perf_counter() - started) * 1000.0
+        self._busy_ms += elapsed_ms
+        self.policy.feedback(session, len(batch), elapsed_ms, min(e.budget_ms for e in batch))
+        self.metrics.batch(info.label.split("/")[0] if info else "?", frag.name, len(batch))
+        ready: list[_State] = []
+        with self._cond:
+            for entry, value in zip(batch, outputs):
+                for state, name in entry.subscribers:
+                    if state.finished:
+                        continue
+                    model = state.servable.model
+                    if name in state.leaves:
+                        state.outputs[name] = value
+                    for child, cf in model.fragments.items():
+                        if cf.parent == name and child in state.needed:
+                            try:
+                                self._enqueue(state, child, value, entry.key)
+                            except Dropped as exc:
+                                self._fail(state, exc.reason, str(exc))
+                    if not state.finished and len(state.outputs) == len(state.leaves):
+                        state.finished = True
+                        ready.append(state)
+            self._cond.notify_all()
+        for state in ready:
+            self._post.submit(self._finish, state)
+
+    def _finish(self, state: _State) -> None:
+        req = state.request
+        model = state.servable.model
+        width, height = req.image.shape[1], req.image.shape[0]
+        try:
+            outputs = {leaf: model.postprocess(leaf, state.outputs[leaf], (width, height)) for leaf in state.leaves}
+        except Exception as exc:
+            log.exception("postprocessing %s failed", model.spec.name)
+            self._fail(state, "error", f"postprocess: {exc}")
+            return
+        latency = self.clock() - req.capture_ms
+        version = str(state.servable.version)
+        self.metrics.completed(req.app, req.model, version, latency, req.slo_ms)
+        with self._cond:
+            self.manager.release(state.servable)
+        state.future.set_result(Result(req.app, req.model, state.servable.version, outputs, latency,
+                                       latency <= req.slo_ms))
+
+    def _drop_entry(self, entry: _Entry, reason: str, detail: str = "") -> None:
+        for state, _ in entry.subscribers:
+            self._fail(state, reason, detail)
+
+    def _fail(self, state: _State, reason: str, detail: str = "") -> None:
+        with self._cond:
+            if state.future.done() or (state.finished and reason != "error"):
+                return
+            state.finished = True
+            self.manager.release(state.servable)
+        req = state.request
+        self.metrics.dropped(req.app, req.model, str(state.servable.version), reason)
+        state.future.set_exception(Dropped(reason, detail))
+
+    # -- reports ------------------------------------------------------------------------------------
+    def profiles(self) -> dict[str, dict]:
+        with self._cond:
+            return {info.label: info.profile.to_dict() for info in self.manager.sessions.values()}
+
+    def load_report(self) -> dict:
+        with self._cond:
+            elapsed = max(1.0, self.clock() - self._started_ms)
+            return {"device": self.device, "busy_fraction": round(self._busy_ms / elapsed, 4),
+                    "queues": {self.manager.sessions[h].label: len(q) for h, q in self._queues.items()
+                               if h in self.manager.sessions}}
+
+    def models(self) -> dict:
+        return self.manager.describe()
+
+    def close(self, drain: bool = True, timeout_s: float = 30.0) -> None:
+        with self._cond:
+            self._closing = True
+            if not drain:
+                dropped = self._take({e.item_id: "shutdown" for q in self._queues.values() for e in q})
+            else:
+                dropped = []
+            self._cond.notify_all()
+        for entry, reason in dropped:
+            self._drop_entry(entry, reason)
+        self._thread.join(timeout_s)
+        self._post.shutdown(wait=True)
+
+    def __enter__(self) -> "Engine":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+

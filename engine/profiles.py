@@ -1,0 +1,157 @@
+"""Batch-latency profiles: l(b) per fragment, measured on the device that runs it.
+
+A profile holds the mean and standard deviation of one batch's latency for each
+allowed batch size, measured after warm-up. Between measured sizes latency is
+interpolated linearly, and beyond the largest by the fitted line l(b) = alpha*b + beta
+(Nexus). Profiles are stored beside the model, keyed by device, and reused while the
+fragment's content hash and the device key stay the same.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Profile:
+    fragment_hash: str
+    device_key: str
+    batch_sizes: tuple[int, ...]
+    mean_ms: tuple[float, ...]
+    std_ms: tuple[float, ...]
+
+    def __post_init__(self) -> None:
+        if not self.batch_sizes or list(self.batch_sizes) != sorted(set(self.batch_sizes)):
+            raise ValueError(f"batch_sizes must be increasing and non-empty; was {self.batch_sizes}")
+        if not (len(self.mean_ms) == len(self.std_ms) == len(self.batch_sizes)):
+            raise ValueError("profile arrays disagree in length")
+
+    @property
+    def max_batch(self) -> int:
+        return self.batch_sizes[-1]
+
+    def latency_ms(self, batch: int, sigmas: float = 0.0) -> float:
+        """Expected latency of a batch of `batch`, plus `sigmas` standard deviations."""
+        if batch < 1:
+            raise ValueError(f"batch must be >= 1; was {batch}")
+        sizes = np.array(self.batch_sizes, np.float64)
+        mean = np.array(self.mean_ms)
+        std = np.array(self.std_ms)
+        if batch <= sizes[-1]:
+            m = float(np.interp(batch, sizes, mean))
+            s = float(np.interp(batch, sizes, std))
+        else:
+            alpha, beta = self.fit()
+            m = alpha * batch + beta
+            s = float(std[-1])
+        return m + sigmas * s
+
+    def fit(self) -> tuple[float, float]:
+        """Least-squares (alpha, beta) of l(b) = alpha*b + beta."""
+        if len(self.batch_sizes) == 1:
+            return 0.0, float(self.mean_ms[0])
+        alpha, beta = np.polyfit(np.array(self.batch_sizes, np.float64), np.array(self.mean_ms), 1)
+        return float(alpha), float(beta)
+
+    def largest_batch_within(self, budget_ms: float, limit: int | None = None, sigmas: float = 0.0) -> int:
+        """The largest allowed batch whose latency fits the budget; 0 when none does."""
+        best = 0
+        for b in range(1, min(limit or self.max_batch, self.max_batch) + 1):
+            if self.latency_ms(b, sigmas) <= budget_ms:
+                best = b
+            else:
+                break
+        return best
+
+    def throughput(self, batch: int) -> float:
+        """Items per second at this batch size."""
+        return batch * 1000.0 / self.latency_ms(batch)
+
+    def to_dict(self) -> dict:
+        return {"fragment_hash": self.fragment_hash, "device_key": self.device_key,
+                "batch_sizes": list(self.batch_sizes), "mean_ms": [round(v, 4) for v in self.mean_ms],
+                "std_ms": [round(v, 4) for v in self.std_ms]}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Profile":
+        return cls(d["fragment_hash"], d["device_key"], tuple(d["batch_sizes"]), tuple(d["mean_ms"]),
+                   tuple(d["std_ms"]))
+
+
+def device_key(device: str) -> str:
+    """Identifies the hardware and software a profile was measured on."""
+    import torch
+
+    if device.startswith("cuda"):
+        name = torch.cuda.get_device_name(torch.device(device))
+    else:
+        name = platform.processor() or platform.machine()
+        name = f"{name}-{torch.get_num_threads()}threads"
+    return f"{device.split(':')[0]}:{name}:torch{torch.__version__}".replace(" ", "_").replace("/", "_")
+
+
+def measure(run_batch: Callable[[int], None], batch_sizes: tuple[int, ...], fragment_hash: str, dev_key: str,
+            warmup: int = 2, repeats: int = 5, synchronize: Callable[[], None] = lambda: None,
+            timer: Callable[[], float] = time.perf_counter) -> Profile:
+    """Time `run_batch(b)` for each size; the first `warmup` runs of each size are discarded."""
+    means, stds = [], []
+    for b in batch_sizes:
+        for _ in range(warmup):
+            run_batch(b)
+        synchronize()
+        samples = []
+        for _ in range(repeats):
+            t0 = timer()
+            run_batch(b)
+            synchronize()
+            samples.append((timer() - t0) * 1000.0)
+        # the median is robust to a stray context switch; the spread to the rest
+        means.append(float(np.median(samples)))
+        stds.append(float(np.std(samples)))
+    # A bigger batch never takes less time; a dip is noise (another process had the
+    # cores), and planning on it would overfill batches.
+    means = np.maximum.accumulate(means).tolist()
+    return Profile(fragment_hash, dev_key, tuple(batch_sizes), tuple(means), tuple(stds))
+
+
+@dataclass
+class ProfileStore:
+    """Profiles on disk: `<model dir>/profiles/<device key>.json`, by fragment hash."""
+
+    folder: Path
+    _cache: dict[str, dict] = field(default_factory=dict)
+
+    def _path(self, dev_key: str) -> Path:
+        return self.folder / "profiles" / f"{dev_key}.json"
+
+    def get(self, fragment_hash: str, dev_key: str, batch_sizes: tuple[int, ...]) -> Profile | None:
+        path = self._path(dev_key)
+        if dev_key not in self._cache:
+            try:
+                self._cache[dev_key] = json.loads(path.read_text()) if path.exists() else {}
+            except (OSError, json.JSONDecodeError):
+                self._cache[dev_key] = {}  # a damaged profile file is measured again
+        entry = self._cache[dev_key].get(fragment_hash)
+        if entry is None:
+            return None
+        profile = Profile.from_dict(entry)
+        return profile if profile.batch_sizes == tuple(batch_sizes) else None
+
+    def put(self, profile: Profile) -> None:
+        entries = self._cache.setdefault(profile.device_key, {})
+        entries[profile.fragment_hash] = profile.to_dict()
+        path = self._path(profile.device_key)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(entries, indent=1))
+            tmp.replace(path)
+        except OSError:
+            pass  # a read-only model repository still serves; it only profiles again next time

@@ -1,0 +1,222 @@
+"""Servables: loaded model versions, their labels, and the fragment sessions they share.
+
+TF Serving's life cycle: a version is loaded beside the ones serving; the switch of
+"latest" (or of a label) is one assignment under the lock; a retired version keeps
+serving the requests already pinned to it and is freed when the last one finishes.
+
+Each fragment hash has one `SessionInfo`, shared by every loaded version (of any
+model) that contains that fragment, with the fragment's profile. Profiles are read
+from the model's folder when present for this device, otherwise measured and stored.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine.adapters import Fragment, LoadedModel, load_model
+from engine.profiles import Profile, ProfileStore, device_key, measure
+from engine.repository import ModelRepository, RepositoryError
+
+log = logging.getLogger("vigil.engine")
+
+
+@dataclass
+class Servable:
+    model: LoadedModel
+    in_flight: int = 0
+    retired: bool = False
+
+    @property
+    def name(self) -> str:
+        return self.model.spec.name
+
+    @property
+    def version(self) -> int:
+        return self.model.version
+
+
+@dataclass
+class SessionInfo:
+    hash: str
+    fragment: Fragment
+    profile: Profile
+    label: str  # model/fragment of the first version that loaded it, for metrics
+    refs: int = 0
+
+
+@dataclass
+class ModelManager:
+    repository: ModelRepository
+    device: str
+    lock: threading.RLock = field(default_factory=threading.RLock)
+    versions: dict[str, dict[int, Servable]] = field(default_factory=dict)
+    labels: dict[str, dict[str, int]] = field(default_factory=dict)
+    sessions: dict[str, SessionInfo] = field(default_factory=dict)
+    loading: int = 0  # loads in progress (readiness)
+    on_free: Any = None  # callback(servable) after a version is freed
+    # False: every version's fragments are its own (as in TF Serving or Clipper); the
+    # benchmarks' baselines run this way
+    share: bool = True
+
+    def __post_init__(self) -> None:
+        self._device_key = device_key(self.device)
+
+    # -- resolution ----------------------------------------------------------------------
+    def resolve(self, name: str, ref: int | str | None) -> Servable:
+        """The servable a request addresses; raises LookupError naming what is loaded. Call under lock."""
+        loaded = self.versions.get(name)
+        if not loaded:
+            known = sorted(self.versions)
+            raise LookupError(f"model {name!r} is not loaded (loaded: {known})")
+        if ref is None:
+            return loaded[max(loaded)]
+        if isinstance(ref, str) and not ref.isdigit():
+            version = self.labels.get(name, {}).get(ref)
+            if version is None:
+                raise LookupError(f"model {name!r} has no label {ref!r} (labels: {self.labels.get(name, {})})")
+            if version not in loaded:
+                raise LookupError(f"model {name!r} label {ref!r} points to version {version}, which is not loaded")
+            return loaded[version]
+        version = int(ref)
+        if version not in loaded:
+            raise LookupError(f"model {name!r} version {version} is not loaded (loaded: {sorted(loaded)})")
+        return loaded[version]
+
+    # -- loading -------------------------------------------------------------------------------
+    def load(self, name: str, versions: list[int] | None = None, retire_others: bool = False) -> list[int]:
+        """Load versions (default: the model's version policy) beside those serving. With
+        `retire_others`, versions not in the new set stop taking requests in the same step."""
+        config = self.repository.config(name)
+        available = self.repository.versions(name)
+        if not available:
+            raise RepositoryError(f"{self.repository.root / name}: no versions (expected {name}/<N>/model.yaml)")
+        wanted = versions if versions is not None else config.version_policy.select(available)
+        missing = [v for v in wanted if v not in available]
+        if missing:
+            raise RepositoryError(f"{self.repository.root / name}: versions {missing} are not in the repository "
+                                  f"(have {available})")
+        built: list[tuple[LoadedModel, dict[str, Profile]]] = []
+        with self.lock:
+            self.loading += 1
+        try:
+            for v in wanted:
+                if v in self.versions.get(name, {}):
+                    continue
+                model = load_model(self.repository.spec(name, v), self.repository.folder(name, v), v, self.device)
+                if not self.share:
+                    for frag in model.fragments.values():
+                        frag.hash = hashlib.sha256(f"{frag.hash}:{name}:{v}".encode()).hexdigest()
+                built.append((model, self._profiles(model)))
+        finally:
+            with self.lock:
+                self.loading -= 1
+        with self.lock:  # the switch: one step under the lock
+            for model, profiles in built:
+                self.versions.setdefault(name, {})[model.version] = Servable(model)
+                for frag in model.fragments.values():
+                    info = self.sessions.get(frag.hash)
+                    if info is None:
+                        info = self.sessions[frag.hash] = SessionInfo(frag.hash, frag, profiles[frag.name],
+                                                                      f"{name}/{frag.name}")
+                    info.refs += 1
+                if model.random_weights:
+                    log.warning("model %s version %s serves RANDOM WEIGHTS", name, model.version)
+            self.labels[name] = dict(config.labels)
+            if retire_others:
+                for v in [v for v in self.versions.get(name, {}) if v not in wanted]:
+                    self._retire(name, v)
+        return [m.version for m, _ in built]
+
+    def unload(self, name: str, version: int | None = None) -> list[int]:
+        with self.lock:
+            loaded = self.versions.get(name, {})
+            targets = list(loaded) if version is None else [version]
+            for v in targets:
+                if v not in loaded:
+                    raise LookupError(f"model {name!r} version {v} is not loaded (loaded: {sorted(loaded)})")
+            for v in targets:
+                self._retire(name, v)
+            return targets
+
+    def reload(self, name: str) -> dict[str, list[int]]:
+        """Bring the model in line with its version policy on disk."""
+        config = self.repository.config(name)
+        wanted = config.version_policy.select(self.repository.versions(name))
+        loaded = self.load(name, wanted, retire_others=True)
+        return {"loaded": loaded, "serving": sorted(self.versions.get(name, {}))}
+
+    def set_label(self, name: str, label: str, version: int) -> None:
+        with self.lock:
+            if version not in self.versions.get(name, {}):
+                raise LookupError(f"model {name!r} version {version} is not loaded")
+            self.labels.setdefault(name, {})[label] = version
+
+    def _retire(self, name: str, version: int) -> None:
+        servable = self.versions[name].pop(version)
+        if not self.versions[name]:
+            del self.versions[name]
+        servable.retired = True
+        if servable.in_flight == 0:
+            self._free(servable)
+
+    def release(self, servable: Servable) -> None:
+        """A request pinned to `servable` finished. Call under lock."""
+        servable.in_flight -= 1
+        if servable.retired and servable.in_flight == 0:
+            self._free(servable)
+
+    def _free(self, servable: Servable) -> None:
+        for frag in servable.model.fragments.values():
+            info = self.sessions.get(frag.hash)
+            if info is not None:
+                info.refs -= 1
+                if info.refs == 0:
+                    del self.sessions[frag.hash]
+        if self.on_free:
+            self.on_free(servable)
+        log.info("freed model %s version %s", servable.name, servable.version)
+
+    # -- profiles -------------------------------------------------------------------------------
+    def _profiles(self, model: LoadedModel) -> dict[str, Profile]:
+        store = ProfileStore(model.folder)
+        sizes = tuple(model.spec.batch_sizes)
+        out: dict[str, Profile] = {}
+        samples: dict[str, Any] = {}
+        import numpy as np
+
+        h, w = model.spec.input.profile_frame
+        frame = np.random.default_rng(0).integers(0, 255, (1, h, w, 3), dtype=np.uint8)
+        for name, frag in model.fragments.items():
+            sample = model.preprocess(frame)[0] if frag.parent is None else samples[frag.parent]
+            samples[name] = frag.split(frag.run(frag.collate([sample])), 1)[0]
+            with self.lock:
+                shared = self.sessions.get(frag.hash)
+            if shared is not None:
+                out[name] = shared.profile
+                continue
+            profile = store.get(frag.hash, self._device_key, sizes)
+            if profile is None:
+                log.info("profiling %s/%s version %s on %s", model.spec.name, name, model.version, self.device)
+                profile = measure(lambda b, f=frag, s=sample: f.run(f.collate([s] * b)), sizes, frag.hash,
+                                  self._device_key, synchronize=self._synchronize)
+                store.put(profile)
+            out[name] = profile
+        return out
+
+    def _synchronize(self) -> None:
+        if self.device.startswith("cuda"):
+            import torch
+
+            torch.cuda.synchronize()
+
+    def describe(self) -> dict:
+        with self.lock:
+            return {name: {"versions": {v: {"in_flight": s.in_flight, "random_weights": s.model.random_weights,
+                                             "fragments": [f.describe() for f in s.model.fragments.values()]}
+                                         for v, s in sorted(vs.items())},
+                           "labels": dict(self.labels.get(name, {}))}
+                    for name, vs in sorted(self.versions.items())}

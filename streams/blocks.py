@@ -1,0 +1,90 @@
+"""Cutting a stream's frames into blocks, and sampling each app's frame rate.
+
+Frames are decoded once per stream; every app on that stream gets `block.select(mask)`
+with its own sampler's mask, so a 5 fps app on a 30 fps camera sees every 6th frame
+without a second decode.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Iterator
+
+import numpy as np
+
+from streams.frames import Frame, FrameBlock
+
+
+class BlockCutter:
+    """Groups frames into blocks of at most `max_frames` frames and `max_duration_ms`
+    of stream time. A block waits for its last frame, so on a live stream its duration
+    adds to the first frame's latency: keep it well under the tightest SLO."""
+
+    def __init__(self, max_frames: int = 8, max_duration_ms: float | None = None) -> None:
+        if max_frames < 1:
+            raise ValueError(f"max_frames must be >= 1; was {max_frames}")
+        if max_duration_ms is not None and max_duration_ms <= 0:
+            raise ValueError(f"max_duration_ms must be > 0; was {max_duration_ms}")
+        self.max_frames = max_frames
+        self.max_duration_ms = max_duration_ms
+        self._pending: list[Frame] = []
+        self._next_block_id = 0
+
+    def add(self, frame: Frame) -> FrameBlock | None:
+        """Add a frame; returns a finished block when this frame completes or starts one."""
+        done = None
+        if self._pending and self.max_duration_ms is not None and \
+                frame.pts_ms - self._pending[0].pts_ms >= self.max_duration_ms:
+            done = self.flush()
+        self._pending.append(frame)
+        if len(self._pending) >= self.max_frames:
+            # A block closed by time above left one frame here, which can only fill a
+            # block when max_frames == 1, and then nothing was pending before it.
+            assert done is None
+            done = self.flush()
+        return done
+
+    def flush(self) -> FrameBlock | None:
+        if not self._pending:
+            return None
+        block = FrameBlock.from_frames(self._next_block_id, self._pending)
+        self._next_block_id += 1
+        self._pending = []
+        return block
+
+
+def cut_blocks(frames: Iterable[Frame], max_frames: int = 8,
+               max_duration_ms: float | None = None) -> Iterator[FrameBlock]:
+    cutter = BlockCutter(max_frames, max_duration_ms)
+    for frame in frames:
+        block = cutter.add(frame)
+        if block is not None:
+            yield block
+    last = cutter.flush()
+    if last is not None:
+        yield last
+
+
+class FrameSampler:
+    """Keeps frames at a target rate by stream time. The state is one counter, the
+    time the next frame is due; `fps=None` keeps every frame."""
+
+    def __init__(self, fps: float | None) -> None:
+        if fps is not None and fps <= 0:
+            raise ValueError(f"fps must be > 0 or None for every frame; was {fps}")
+        self.period_ms = None if fps is None else 1000.0 / fps
+        self.next_due_ms: float | None = None
+
+    def wants(self, pts_ms: float) -> bool:
+        if self.period_ms is None:
+            return True
+        # Half a millisecond of slack absorbs rounding in container timestamps.
+        if self.next_due_ms is not None and pts_ms < self.next_due_ms - 0.5:
+            return False
+        due = pts_ms if self.next_due_ms is None else self.next_due_ms
+        while due <= pts_ms + 0.5:
+            due += self.period_ms
+        self.next_due_ms = due
+        return True
+
+    def mask(self, block: FrameBlock) -> np.ndarray:
+        return np.array([self.wants(float(t)) for t in block.pts_ms], dtype=bool)

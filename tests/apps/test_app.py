@@ -1,0 +1,71 @@
+"""App logic on constructed detections: tracking, votes, lines, zones, events."""
+
+import numpy as np
+
+from apps.app import App
+from apps.spec import parse_spec
+from factories import box_at, make_block, make_detections
+
+LABELS = ("person", "car", "bike")
+
+
+def make_app(**overrides) -> App:
+    spec = parse_spec({"name": "t", "detector": "scenedet", "classes": ["person"],
+                       "lines": {"gate": [[0.5, 1.0], [0.5, 0.0]]},
+                       "zones": {"left": [[0, 0], [0.5, 0], [0.5, 1], [0, 1]]},
+                       "tracker": {"min_hits": 2, "lost_track_s": 0.5}, **overrides})
+    return App(spec, "cam", (200, 100), 10.0, LABELS)
+
+
+def feed(app: App, positions: list[list[tuple[float, float, int]]]):
+    """positions[frame] = [(cx, cy, class_id), ...]"""
+    events = []
+    block = make_block(num_frames=len(positions), fps=10.0, size=(200, 100))
+    dets = [make_detections([box_at(x, y) for x, y, _ in frame], [c for _, _, c in frame]) for frame in positions]
+    for i in range(len(positions)):
+        e, _ = app.observe(block.select(np.arange(len(positions)) == i), [dets[i]])
+        events += e
+    return events
+
+
+def test_person_walking_across_emits_start_zone_exit_cross_and_end():
+    app = make_app()
+    frames = [[(70 + 4 * i, 50, 0)] for i in range(12)] + [[] for _ in range(8)]
+    events = feed(app, frames)
+    kinds = [e.type for e in events]
+    assert kinds.count("track_start") == 1
+    cross = [e for e in events if e.type == "line_cross"]
+    assert len(cross) == 1 and cross[0].data == {"line": "gate", "direction": "in"}
+    assert [e.data["zone"] for e in events if e.type == "zone_enter"] == ["left"]
+    assert [e.data["zone"] for e in events if e.type == "zone_exit"] == ["left"]
+    assert kinds[-1] == "track_end"  # ended after lost_track_s without detections
+    assert app.counts()["lines"]["gate"] == {"in": 1, "out": 0, "by_class": {"person": {"in": 1, "out": 0}}}
+    assert app.num_tracks == 1
+
+
+def test_other_classes_are_tracked_but_not_counted():
+    app = make_app()
+    events = feed(app, [[(70 + 4 * i, 50, 1)] for i in range(12)])
+    assert [e for e in events if e.type in ("track_start", "line_cross")] == []
+    assert app.counts()["tracks"] == 0
+
+
+def test_majority_vote_steadies_a_wavering_class():
+    app = make_app()
+    classes = [0, 0, 2, 0, 2, 0, 0, 2, 0, 0, 0, 0]  # mostly person, sometimes "bike"
+    events = feed(app, [[(70 + 4 * i, 50, c)] for i, c in enumerate(classes)])
+    crossings = [e for e in events if e.type == "line_cross"]
+    assert len(crossings) == 1 and crossings[0].cls == "person"
+
+
+def test_low_confidence_detections_are_ignored():
+    app = make_app(min_confidence=0.95)
+    events = feed(app, [[(70 + 4 * i, 50, 0)] for i in range(12)])
+    assert events == []
+
+
+def test_finish_ends_open_tracks():
+    app = make_app()
+    feed(app, [[(20, 50, 0)] for _ in range(4)])
+    ends = app.finish()
+    assert [e.type for e in ends] == ["zone_exit", "track_end"]

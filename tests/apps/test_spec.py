@@ -1,0 +1,56 @@
+import pytest
+
+from apps.spec import SpecError, builtin_names, load_spec, parse_spec
+from sample_videos.preset import STREET
+
+VALID = {"name": "cam-1", "detector": "motion", "slo_ms": 500}
+
+
+def test_builtins_load_and_match_the_street_preset():
+    assert {"people-counter", "vehicle-counter", "motion"} <= set(builtin_names())
+    for name in ("people-counter", "vehicle-counter"):
+        spec = load_spec(name)
+        for line, points in spec.lines.items():
+            assert points == STREET.lines[line], f"{name}: line {line} drifted from the preset"
+        for zone, polygon in spec.zones.items():
+            assert tuple(tuple(p) for p in polygon) == STREET.zones[zone], f"{name}: zone {zone} drifted"
+
+
+@pytest.mark.parametrize("patch, fragment", [
+    ({"slo_ms": -5}, "slo_ms: Input should be greater than 0; was -5"),
+    ({"name": "Bad Name"}, "name: must be lowercase"),
+    ({"detector": "Yolo V8"}, "detector: must name a model in the repository"),
+    ({"fps": 0}, "fps: Input should be greater than 0"),
+    ({"min_confidence": 2}, "min_confidence: Input should be less than or equal to 1"),
+    ({"lines": {"a": [[0.1, 0.1]]}}, "lines.a"),
+    ({"lines": {"a": [[0.1, 0.1], [0.1, 0.1]]}}, "two equal points"),
+    ({"lines": {"a": [[0.1, 0.1], [1.5, 0.1]]}}, "outside the frame; coordinates are normalized"),
+    ({"zones": {"z": [[0, 0], [1, 1]]}}, "zone 'z' needs at least 3 points"),
+    ({"classes": ["car"]}, "classes: 'car' is not produced by detector 'motion'"),
+    ({"slo": 100}, "slo: unknown field; check the spelling"),
+    ({"tracker": {"min_hits": 0}}, "tracker.min_hits: Input should be greater than or equal to 1"),
+])
+def test_bad_fields_are_named_with_the_value(patch, fragment):
+    with pytest.raises(SpecError) as info:
+        parse_spec({**VALID, **patch}, origin="cam.yaml")
+    assert "cam.yaml: " in str(info.value)
+    assert fragment in str(info.value)
+
+
+def test_missing_name_and_non_mapping():
+    with pytest.raises(SpecError, match="name: Field required"):
+        parse_spec({"detector": "motion"})
+    with pytest.raises(SpecError, match="an app spec is a mapping"):
+        parse_spec(["name"])
+
+
+def test_load_spec_errors(tmp_path):
+    with pytest.raises(SpecError, match="unknown app 'nope'"):
+        load_spec("nope")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: [unclosed")
+    with pytest.raises(SpecError, match="bad.yaml: not valid YAML"):
+        load_spec(str(bad))
+    good = tmp_path / "good.yaml"
+    good.write_text("name: good\ndetector: hog\nclasses: [person]\n")
+    assert load_spec(str(good)).detector == "hog"

@@ -1,0 +1,198 @@
+"""The engine over real (tiny) torch models: sharing, hot swaps, drops, bad files."""
+
+import threading
+from collections import Counter
+
+import numpy as np
+import pytest
+import torch
+
+from engine.engine import Dropped, Engine, Request
+from engine.repository import ModelRepository, RepositoryError
+from repo import tiny_state, write_model
+
+FRAME = np.zeros((32, 32, 3), np.uint8)
+
+
+def request(model="m", app="app", key=None, version=None, slo_ms=10_000.0, labels=None, capture_ms=None, engine=None):
+    return Request(app, model, FRAME, engine.clock() if capture_ms is None else capture_ms, slo_ms, version,
+                   labels=labels, input_key=key)
+
+
+def count_calls(engine: Engine) -> Counter:
+    """Items run per fragment session (model/fragment label -> count), via forward hooks."""
+    calls: Counter = Counter()
+    for info in engine.manager.sessions.values():
+        info.fragment.module.register_forward_hook(
+            lambda mod, inp, out, label=info.label: calls.update({label: inp[0].shape[0]}))
+    return calls
+
+
+@pytest.fixture
+def engine_factory(tmp_path):
+    made = []
+
+    def make(**kw):
+        e = Engine(ModelRepository(tmp_path), "cpu", **kw)
+        made.append(e)
+        return e
+
+    yield make
+    for e in made:
+        e.close()
+
+
+def test_request_round_trip_and_metrics(tmp_path, engine_factory):
+    write_model(tmp_path, "m", 1, {"split": []})
+    engine = engine_factory()
+    assert engine.load("m") == [1]
+    result = engine.submit(request(engine=engine)).result(timeout=10)
+    assert result.version == 1 and result.outputs["model"].shape == (2,)
+    assert result.within_slo
+    stats = engine.metrics.app_summary("app")
+    assert stats["arrived"] == stats["completed"] == 1 and stats["slo_attainment"] == 1.0
+    from prometheus_client import generate_latest
+    text = generate_latest(engine.metrics.registry).decode()
+    assert 'vigil_requests_arrived_total{app="app",model="m",version="1"} 1.0' in text
+    assert "vigil_batch_size_bucket" in text
+
+
+def test_shared_backbone_runs_once_per_input_across_models(tmp_path, engine_factory):
+    # two models whose backbones have the same weights but whose heads differ
+    write_model(tmp_path, "left", 1, {"split": ["backbone", {"name": "a", "after": "backbone"}]},
+                state=tiny_state(backbone_seed=0, head_seed=1))
+    write_model(tmp_path, "right", 1, {"split": ["backbone", {"name": "a", "after": "backbone"}]},
+                state=tiny_state(backbone_seed=0, head_seed=2))
+    engine = engine_factory()
+    engine.load("left")
+    engine.load("right")
+    labels = {i.label for i in engine.manager.sessions.values()}
+    assert len(engine.manager.sessions) == 3, labels  # one backbone, two heads
+    calls = count_calls(engine)
+    frames = 6
+    reqs = [request(m, app=m, key=("cam", f), engine=engine) for f in range(frames) for m in ("left", "right")]
+    results = [f.result(timeout=10) for f in engine.submit_many(reqs)]
+    assert len(results) == 2 * frames
+    backbone = [k for k in calls if k.endswith("/backbone")]
+    assert len(backbone) == 1 and calls[backbone[0]] == frames  # once per frame, not per model
+    assert sum(v for k, v in calls.items() if k.endswith("/a")) == 2 * frames
+    # different heads gave different answers on the same features
+    assert not np.allclose(results[0].outputs["a"], results[1].outputs["a"])
+
+
+def test_without_an_input_key_nothing_is_shared(tmp_path, engine_factory):
+    write_model(tmp_path, "m", 1)
+    engine = engine_factory()
+    engine.load("m")
+    calls = count_calls(engine)
+    futures = engine.submit_many([request(engine=engine) for _ in range(4)])
+    [f.result(timeout=10) for f in futures]
+    assert calls["m/backbone"] == 4
+
+
+def test_labels_choose_heads(tmp_path, engine_factory):
+    write_model(tmp_path, "m", 1, {"labels": ["x", "y"], "heads": {"a": ["x"], "b": ["y"]}})
+    engine = engine_factory()
+    engine.load("m")
+    only_b = engine.submit(request(labels=("y",), engine=engine)).result(timeout=10)
+    assert set(only_b.outputs) == {"b"}
+    both = engine.submit(request(engine=engine)).result(timeout=10)
+    assert set(both.outputs) == {"a", "b"}
+
+
+def test_version_and_label_addressing(tmp_path, engine_factory):
+    for v in (1, 2):
+        write_model(tmp_path, "m", v, state=tiny_state(head_seed=v))
+    write_model(tmp_path, "m", 1, config={"version_policy": {"latest": 2}, "labels": {"stable": 1, "canary": 2}})
+    engine = engine_factory()
+    assert sorted(engine.load("m")) == [1, 2]
+    assert engine.submit(request(engine=engine)).result(timeout=10).version == 2
+    assert engine.submit(request(version="stable", engine=engine)).result(timeout=10).version == 1
+    assert engine.submit(request(version=2, engine=engine)).result(timeout=10).version == 2
+    with pytest.raises(Dropped, match="no label 'beta'"):
+        engine.submit(request(version="beta", engine=engine)).result(timeout=10)
+    engine.set_label("m", "stable", 2)
+    assert engine.submit(request(version="stable", engine=engine)).result(timeout=10).version == 2
+
+
+def test_hot_swap_under_load_fails_nothing(tmp_path, engine_factory):
+    write_model(tmp_path, "m", 1, config={"version_policy": {"latest": 1}})
+    engine = engine_factory()
+    engine.load("m")
+    futures, stop = [], threading.Event()
+
+    def load_generator():
+        while not stop.is_set():
+            futures.extend(engine.submit_many([request(engine=engine) for _ in range(4)]))
+
+    thread = threading.Thread(target=load_generator)
+    thread.start()
+    try:
+        for v in (2, 3, 4):  # three swaps while requests stream in
+            write_model(tmp_path, "m", v, state=tiny_state(head_seed=v))
+            engine.reload("m")
+            assert sorted(engine.manager.versions["m"]) == [v]
+        mark = len(futures)
+        while len(futures) < mark + 8:  # some traffic after the last swap
+            stop.wait(0.01)
+    finally:
+        stop.set()
+        thread.join()
+    results = [f.result(timeout=30) for f in futures]  # raises if any failed
+    served = Counter(r.version for r in results)
+    assert len(results) > 20 and served[4] > 0 and len(served) >= 2
+    # retired versions are freed once their requests finished
+    engine.close()
+    assert set(engine.manager.versions["m"]) == {4}
+    assert all(not s.startswith("m/") or info.refs > 0 for s, info in
+               ((i.label, i) for i in engine.manager.sessions.values()))
+
+
+def test_requests_that_cannot_meet_their_deadline_are_dropped_and_counted(tmp_path, engine_factory):
+    write_model(tmp_path, "m", 1)
+    engine = engine_factory()
+    engine.load("m")
+    late = request(engine=engine, capture_ms=engine.clock() - 5000, slo_ms=100)
+    with pytest.raises(Dropped) as info:
+        engine.submit(late).result(timeout=10)
+    assert info.value.reason == "deadline"
+    assert engine.metrics.app_summary("app")["dropped"] == {"deadline": 1}
+
+
+def test_unknown_model_is_dropped_not_raised(tmp_path, engine_factory):
+    engine = engine_factory()
+    with pytest.raises(Dropped, match="model 'ghost' is not loaded"):
+        engine.submit(request("ghost", engine=engine)).result(timeout=10)
+
+
+def test_bad_files_fail_their_load_and_others_keep_serving(tmp_path, engine_factory):
+    write_model(tmp_path, "good", 1)
+    bad = write_model(tmp_path, "bad", 1, state={"backbone.0.weight": torch.zeros(1)})
+    arch = write_model(tmp_path, "arch", 1, {"adapter": "torchvision", "arch": "resnet-9000", "weights": "random",
+                                             "factory": None, "split": []})
+    engine = engine_factory()
+    engine.load("good")
+    with pytest.raises(RepositoryError) as info:
+        engine.load("bad")
+    assert str(bad / "model.yaml") in str(info.value) and "does not match the architecture" in str(info.value)
+    with pytest.raises(RepositoryError, match="arch: unknown torchvision architecture 'resnet-9000'"):
+        engine.load("arch")
+    (bad / "model.pt").write_bytes(b"not a checkpoint")
+    with pytest.raises(RepositoryError, match="weights: cannot read model.pt"):
+        engine.load("bad")
+    assert engine.submit(request("good", engine=engine)).result(timeout=10).version == 1
+
+
+def test_profiles_are_stored_and_reused(tmp_path, engine_factory):
+    folder = write_model(tmp_path, "m", 1)
+    engine = engine_factory()
+    engine.load("m")
+    stored = list((folder / "profiles").glob("*.json"))
+    assert len(stored) == 1
+    profile = engine.profiles()["m/backbone"]
+    assert profile["batch_sizes"] == [1, 2, 4, 8] and all(m > 0 for m in profile["mean_ms"])
+    before = stored[0].stat().st_mtime_ns
+    second = engine_factory()
+    second.load("m")
+    assert stored[0].stat().st_mtime_ns == before  # read, not measured again
+    assert second.profiles()["m/backbone"] == profile

@@ -1,0 +1,157 @@
+"""Scheduling decisions on constructed queues, with `now` as a number (no clock, no sleeps)."""
+
+import pytest
+
+from engine.scheduler import ClipperPolicy, NexusPolicy, NoBatchPolicy, TfsPolicy, make_policy
+from factories import make_item, make_profile
+
+PROFILE = make_profile(per_item_ms=10, fixed_ms=5)  # l(b) = 5 + 10 b: l(1)=15, l(4)=45, l(8)=85
+
+
+def test_batch_is_the_largest_that_meets_the_earliest_deadline():
+    queue = [make_item(i, deadline_ms=200, budget_ms=400) for i in range(12)]
+    plan = NexusPolicy(sigmas=0).plan({"s": queue}, {"s": PROFILE}, now_ms=105)
+    # 95 ms left -> l(9) = 95 fits, l(10) = 105 does not. The other three would start
+    # after this batch and miss for certain: dropped now rather than run late.
+    assert plan.session == "s" and len(plan.batch) == 9
+    assert len(plan.dropped) == 3
+
+
+def test_short_queue_runs_whole_without_drops():
+    queue = [make_item(i, deadline_ms=200, budget_ms=400) for i in range(5)]
+    plan = NexusPolicy(sigmas=0).plan({"s": queue}, {"s": PROFILE}, now_ms=0)
+    assert plan.batch == (0, 1, 2, 3, 4) and plan.dropped == ()
+
+
+def test_batch_is_taken_in_deadline_order():
+    queue = [make_item(1, 300), make_item(2, 200), make_item(3, 250)]
+    plan = NexusPolicy(sigmas=0).plan({"s": queue}, {"s": PROFILE}, now_ms=0)
+    assert plan.batch == (2, 3, 1)
+
+
+def test_early_drop_removes_heads_that_block_the_planned_batch():
+    # Budgets of 200 ms plan a batch of 8 (2 * l(8) = 170 <= 200). The first two items
+    # can only be met alone; the window starting at the third covers 8 items.
+    queue = [make_item(0, 20, budget_ms=200), make_item(1, 30, budget_ms=200)] + \
+            [make_item(i, 100, budget_ms=200) for i in range(2, 12)]
+    plan = NexusPolicy(sigmas=0).plan({"s": queue}, {"s": PROFILE}, now_ms=0)
+    assert set(dict(plan.dropped)) == {0, 1}
+    assert all(reason == "deadline" for _, reason in plan.dropped)
+    assert plan.batch[0] == 2 and len(plan.batch) == 9  # l(9) = 95 <= 100
+
+
+def test_hopeless_items_are_dropped_and_nothing_runs():
+    queue = [make_item(0, 10), make_item(1, 12)]  # l(1) = 15 > 10
+    plan = NexusPolicy(sigmas=0).plan({"s": queue}, {"s": PROFILE}, now_ms=0)
+    assert plan.session is None and sorted(dict(plan.dropped)) == [0, 1]
+
+
+def test_priority_beats_earlier_deadline():
+    low = [make_item(1, 100, priority=0)]
+    high = [make_item(2, 500, priority=5)]
+    plan = NexusPolicy(sigmas=0).plan({"low": low, "high": high}, {"low": PROFILE, "high": PROFILE}, now_ms=0)
+    assert plan.session == "high"
+
+
+def test_same_priority_earliest_deadline_first():
+    a, b = [make_item(1, 300)], [make_item(2, 200)]
+    plan = NexusPolicy(sigmas=0).plan({"a": a, "b": b}, {"a": PROFILE, "b": PROFILE}, now_ms=0)
+    assert plan.session == "b"
+
+
+def test_lower_priority_batch_is_capped_by_higher_priority_budgets():
+    """Preemption bound: a low-priority batch may block the device at most half the
+    tightest high-priority budget, so a high-priority request waits one short fragment."""
+    policy = NexusPolicy(sigmas=0)
+    high = [make_item(100, 1000, budget_ms=100, priority=5)]
+    policy.plan({"high": high}, {"high": PROFILE}, now_ms=0)  # seen once: budget 100 ms
+    low = [make_item(i, 5000, budget_ms=5000) for i in range(16)]
+    plan = policy.plan({"low": low}, {"low": PROFILE}, now_ms=0)
+    assert plan.session == "low"
+    assert PROFILE.latency_ms(len(plan.batch)) <= 50  # half the high-priority budget
+    assert len(plan.batch) == 4
+
+
+def test_margin_of_standard_deviations_shrinks_batches():
+    noisy = make_profile(per_item_ms=10, fixed_ms=5, std_ms=20)
+    queue = [make_item(i, 100, budget_ms=400) for i in range(12)]
+    tight = NexusPolicy(sigmas=1).plan({"s": queue}, {"s": noisy}, now_ms=0)
+    loose = NexusPolicy(sigmas=0).plan({"s": queue}, {"s": noisy}, now_ms=0)
+    assert len(tight.batch) < len(loose.batch)
+
+
+def test_items_waiting_elsewhere_are_dropped_only_when_certainly_late():
+    run = [make_item(1, 50, priority=9)]
+    wait = [make_item(2, 10), make_item(3, 400)]  # 2 cannot make it even alone
+    plan = NexusPolicy(sigmas=0).plan({"run": run, "wait": wait}, {"run": PROFILE, "wait": PROFILE}, now_ms=0)
+    assert plan.session == "run" and dict(plan.dropped) == {2: "deadline"}
+
+
+def test_slo_split_budgets_reach_the_plan():
+    """A stage's budget (its share of the SLO) sets the planned batch: 2 l(B) <= budget."""
+    queue = [make_item(i, 1000, budget_ms=100) for i in range(16)]
+    policy = NexusPolicy(sigmas=0)
+    assert policy._window(sorted(queue, key=lambda w: w.deadline_ms), PROFILE, 0)[0]
+    # with a 100 ms stage budget the planned batch is 4 (2 * 45 <= 100), but the deadline
+    # leaves room for all 16 queued, so the batch grows to the profile's largest
+    plan = policy.plan({"s": queue}, {"s": PROFILE}, now_ms=0)
+    assert len(plan.batch) == 16
+
+
+def test_tfs_waits_for_a_full_batch_or_the_timeout():
+    policy = TfsPolicy(max_batch=4, batch_timeout_ms=10)
+    queue = [make_item(i, 1000, arrival_ms=0) for i in range(3)]
+    plan = policy.plan({"s": queue}, {"s": PROFILE}, now_ms=5)
+    assert plan.session is None and plan.wait_until_ms == 10
+    plan = policy.plan({"s": queue}, {"s": PROFILE}, now_ms=10)
+    assert plan.batch == (0, 1, 2)
+    full = [make_item(i, 1000, arrival_ms=0) for i in range(6)]
+    assert policy.plan({"s": full}, {"s": PROFILE}, now_ms=1).batch == (0, 1, 2, 3)
+
+
+def test_clipper_aimd_grows_additively_and_backs_off_by_ten_percent():
+    policy = ClipperPolicy(step=2)
+    assert policy.batch_size.get("s", 1) == 1
+    policy.feedback("s", 1, latency_ms=10, budget_ms=100)
+    policy.feedback("s", 3, latency_ms=10, budget_ms=100)
+    assert policy.batch_size["s"] == 5
+    policy.batch_size["s"] = 20
+    policy.feedback("s", 20, latency_ms=150, budget_ms=100)
+    assert policy.batch_size["s"] == 18
+    queue = [make_item(i, 1000) for i in range(30)]
+    assert len(policy.plan({"s": queue}, {"s": PROFILE}, now_ms=0).batch) == 16  # capped by the profile
+
+
+def test_nobatch_is_global_fifo_one_at_a_time():
+    a = [make_item(1, 1000, arrival_ms=5)]
+    b = [make_item(2, 1000, arrival_ms=3)]
+    plan = NoBatchPolicy().plan({"a": a, "b": b}, {"a": PROFILE, "b": PROFILE}, now_ms=10)
+    assert plan.session == "b" and plan.batch == (2,)
+
+
+def test_baselines_never_drop():
+    late = [make_item(0, 1)]
+    for name in ("tfs", "clipper", "nobatch"):
+        plan = make_policy(name).plan({"s": late}, {"s": PROFILE}, now_ms=100)
+        assert plan.dropped == ()
+
+
+def test_unknown_policy_is_named():
+    with pytest.raises(ValueError, match="unknown policy 'fifo'"):
+        make_policy("fifo")
+
+
+def test_profile_interpolates_and_extrapolates():
+    p = make_profile(per_item_ms=10, fixed_ms=5, sizes=(1, 4))
+    assert p.latency_ms(2) == pytest.approx(25)
+    assert p.latency_ms(8) == pytest.approx(85)
+    assert p.largest_batch_within(50) == 4  # capped at the largest profiled size
+    assert p.largest_batch_within(10) == 0
+
+
+def test_within_a_session_higher_priority_items_go_first():
+    queue = [make_item(i, 100, priority=0) for i in range(6)] + [make_item(10 + i, 300, priority=5) for i in range(3)]
+    plan = NexusPolicy(sigmas=0).plan({"s": queue}, {"s": PROFILE}, now_ms=0)
+    assert plan.batch[:3] == (10, 11, 12)
+    # the batch still meets the earliest deadline among its members
+    assert PROFILE.latency_ms(len(plan.batch)) <= 100

@@ -1,0 +1,82 @@
+import numpy as np
+import pytest
+
+from factories import make_block, make_frame
+from streams.blocks import BlockCutter, FrameSampler, cut_blocks
+from streams.frames import FrameBlock
+
+
+def test_cut_by_frame_count_keeps_order_and_remainder():
+    frames = [make_frame(i) for i in range(10)]
+    blocks = list(cut_blocks(frames, max_frames=4))
+    assert [len(b) for b in blocks] == [4, 4, 2]
+    assert [b.block_id for b in blocks] == [0, 1, 2]
+    assert np.concatenate([b.frame_ids for b in blocks]).tolist() == list(range(10))
+
+
+def test_cut_by_duration_closes_block_before_the_late_frame():
+    # 40 ms apart: a 100 ms block holds frames at 0, 40, 80; the frame at 120 starts the next
+    frames = [make_frame(i, pts_ms=i * 40.0) for i in range(7)]
+    blocks = list(cut_blocks(frames, max_frames=100, max_duration_ms=100))
+    assert [b.frame_ids.tolist() for b in blocks] == [[0, 1, 2], [3, 4, 5], [6]]
+
+
+def test_cutter_with_one_frame_blocks_returns_each_frame_at_once():
+    cutter = BlockCutter(max_frames=1, max_duration_ms=10)
+    out = [cutter.add(make_frame(i, pts_ms=i * 40.0)) for i in range(3)]
+    assert [len(b) for b in out] == [1, 1, 1]
+    assert cutter.flush() is None
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"max_frames": 0}, "max_frames must be >= 1; was 0"),
+    ({"max_duration_ms": -5}, "max_duration_ms must be > 0; was -5"),
+])
+def test_cutter_rejects_bad_limits(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        BlockCutter(**kwargs)
+
+
+@pytest.mark.parametrize("stream_fps, app_fps, expected_kept", [
+    (30, 5, 5),    # every 6th frame of one second
+    (30, 10, 10),
+    (30, 30, 30),
+    (15, 30, 15),  # cannot sample faster than the stream
+    (25, 10, 10),  # not a divisor: 10 frames, evenly spread
+])
+def test_sampler_keeps_target_rate(stream_fps, app_fps, expected_kept):
+    sampler = FrameSampler(app_fps)
+    kept = [sampler.wants(i * 1000.0 / stream_fps) for i in range(stream_fps)]
+    assert sum(kept) == expected_kept
+    assert kept[0]
+
+
+def test_sampler_every_frame_without_fps():
+    sampler = FrameSampler(None)
+    assert all(sampler.wants(t) for t in range(0, 1000, 33))
+
+
+def test_sampler_state_carries_across_blocks():
+    sampler = FrameSampler(5.0)
+    first = make_block(num_frames=15, fps=30, start=0)
+    second = make_block(num_frames=15, fps=30, start=15, block_id=1)
+    kept = np.concatenate([first.frame_ids[sampler.mask(first)], second.frame_ids[sampler.mask(second)]])
+    assert kept.tolist() == [0, 6, 12, 18, 24]
+
+
+def test_sampler_rejects_zero_fps():
+    with pytest.raises(ValueError, match="fps must be > 0"):
+        FrameSampler(0)
+
+
+def test_block_select_and_validation():
+    block = make_block(num_frames=4)
+    sub = block.select([True, False, True, False])
+    assert sub.frame_ids.tolist() == [0, 2]
+    assert sub.pixels.shape[0] == 2 and sub.block_id == block.block_id
+    with pytest.raises(ValueError, match="selection mask must have shape"):
+        block.select([True])
+    with pytest.raises(ValueError, match="disagree on N"):
+        FrameBlock("s", 0, np.arange(2), np.zeros(3), np.zeros(2), np.zeros((2, 4, 4, 3), np.uint8))
+    with pytest.raises(ValueError, match="uint8"):
+        FrameBlock("s", 0, np.arange(2), np.zeros(2), np.zeros(2), np.zeros((2, 4, 4, 3), np.float32))

@@ -1,0 +1,119 @@
+"""`vigil run` end to end: real decoding, the trained detector, outputs, and bad inputs."""
+
+import json
+import subprocess
+import sys
+
+import av
+import pytest
+
+from apps.spec import load_spec
+from conftest import BUNDLED, load_truth
+from sample_videos.render import RenderConfig, write_clip
+from vigil.offline import RunOptions, run_offline
+
+# app -> (line, the ground-truth classes it counts)
+COUNTED = [("people-counter", "midblock", ["person"]), ("people-counter", "crosswalk", ["person"]),
+           ("vehicle-counter", "midblock", ["car", "bike"])]
+
+
+def count_errors(summary: dict, truth: dict, tolerance: float) -> list[str]:
+    errors = []
+    for app, line, classes in COUNTED:
+        for direction in ("in", "out"):
+            want = sum(truth["lines"][line]["by_class"][c][direction] for c in classes)
+            got = summary["apps"][app]["lines"][line][direction]
+            if abs(got - want) > max(1, tolerance * want):
+                errors.append(f"{app}/{line}/{direction}: got {got}, truth {want}")
+    return errors
+
+
+def run_counts(clip, out):
+    specs = [load_spec("people-counter"), load_spec("vehicle-counter")]
+    return run_offline(str(clip), specs, RunOptions(out, video=False))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("clip", BUNDLED, ids=[c.stem for c in BUNDLED])
+def test_line_counts_match_truth_on_bundled_clips(clip, tmp_path):
+    summary = run_counts(clip, tmp_path)
+    assert summary["error"] is None
+    assert count_errors(summary, load_truth(clip), 0.10) == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [4242, 5151])
+def test_line_counts_match_truth_on_other_seeds(seed, tmp_path):
+    clip = tmp_path / f"s{seed}.mp4"
+    truth = write_clip(RenderConfig(seed=seed, duration_s=20.0), clip)
+    summary = run_counts(clip, tmp_path / "out")
+    assert count_errors(summary, truth, 0.10) == []
+
+
+def test_outputs_are_written_and_consistent(short_clip, tmp_path):
+    clip, truth = short_clip
+    specs = [load_spec(n) for n in ("people-counter", "vehicle-counter", "motion")]
+    summary = run_offline(str(clip), specs, RunOptions(tmp_path, video=True))
+    on_disk = json.loads((tmp_path / "summary.json").read_text())
+    assert on_disk == summary
+    assert summary["frames_decoded"] == truth["num_frames"] and summary["wall_s"] > 0
+    for name in ("people-counter", "vehicle-counter", "motion"):
+        app = summary["apps"][name]
+        assert {"tracks", "lines", "latency_ms", "slo_attainment"} <= set(app)
+        assert 0 <= app["slo_attainment"] <= 1 and app["latency_ms"]["p50"] <= app["latency_ms"]["p99"]
+    assert summary["apps"]["motion"]["frames"] == 10  # 5 fps of a 15 fps, 2 s clip
+    events = [json.loads(line) for line in (tmp_path / "events.jsonl").read_text().splitlines()]
+    assert events, "a busy street produces events"
+    for e in events:
+        assert {"type", "app", "t_ms", "track_id", "class"} <= set(e)
+        assert e["type"] in ("track_start", "track_end", "line_cross", "zone_enter", "zone_exit")
+    starts = [e for e in events if e["type"] == "track_start"]
+    ends = [e for e in events if e["type"] == "track_end"]
+    assert len(starts) == len(ends) == sum(a["tracks"] for a in summary["apps"].values())
+    with av.open(str(tmp_path / "annotated.mp4")) as video:
+        assert sum(1 for _ in video.decode(video=0)) == truth["num_frames"]
+
+
+def vigil(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "vigil.cli", *args], capture_output=True, text=True, timeout=300)
+
+
+def test_cli_missing_file_is_one_line(tmp_path):
+    r = vigil("run", str(tmp_path / "nope.mp4"), "--out", str(tmp_path / "o"))
+    assert r.returncode == 1
+    assert r.stderr.strip() == f"error: {tmp_path / 'nope.mp4'}: no such file"
+
+
+def test_cli_not_a_video_is_one_line(tmp_path):
+    bogus = tmp_path / "bogus.mp4"
+    bogus.write_text("hello")
+    r = vigil("run", str(bogus), "--out", str(tmp_path / "o"))
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and "not a video" in r.stderr and str(bogus) in r.stderr
+
+
+def test_cli_truncated_file_keeps_what_was_decoded(short_clip, tmp_path):
+    clip, truth = short_clip
+    cut = tmp_path / "cut.mp4"
+    data = clip.read_bytes()
+    cut.write_bytes(data[: len(data) * 2 // 3])
+    out = tmp_path / "o"
+    r = vigil("run", str(cut), "--out", str(out), "--no-video", "--app", "motion")
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert str(cut) in r.stderr and "truncated" in r.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert 0 < summary["frames_decoded"] < truth["num_frames"] and "truncated" in summary["error"]
+
+
+def test_cli_bad_app_spec_names_the_field(tmp_path):
+    spec = tmp_path / "bad.yaml"
+    spec.write_text("name: bad\ndetector: motion\nslo_ms: -1\n")
+    r = vigil("run", "synthetic://street?duration=1", "--app", str(spec), "--out", str(tmp_path / "o"))
+    assert r.returncode == 2 and "slo_ms" in r.stderr and "-1" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_cli_help_lists_commands():
+    r = vigil("--help")
+    assert r.returncode == 0 and "run" in r.stdout and "bench" in r.stdout
+    r = vigil("run", "--help")
+    assert "--max-frames" in r.stdout and "--no-video" in r.stdout and "--device" in r.stdout
