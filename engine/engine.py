@@ -30,7 +30,7 @@ import numpy as np
 from engine.detections import Detections
 from engine.metrics import EngineMetrics
 from engine.repository import ModelRepository
-from engine.scheduler import Plan, Policy, WorkItem, make_policy
+from engine.scheduler import BLOCK_SHARE, Plan, Policy, WorkItem, make_policy
 from engine.selection import RateMeter, VersionCost, capacity, choose_version
 from engine.servables import ModelManager, Servable
 
@@ -98,6 +98,8 @@ class _Entry:
     deadline_ms: float = float("inf")
     budget_ms: float = float("inf")
     priority: int = 0
+    slo_ms: float = float("inf")
+    downstream: bool = False
 
     def subscribe(self, state: _State, fragment: str) -> None:
         self.subscribers.append((state, fragment))
@@ -105,6 +107,7 @@ class _Entry:
         self.deadline_ms = min(self.deadline_ms, deadline)
         self.budget_ms = min(self.budget_ms, budget)
         self.priority = max(self.priority, state.request.priority)
+        self.slo_ms = min(self.slo_ms, state.request.slo_ms)
 
     def shape(self) -> Any:
         x = self.input
@@ -120,9 +123,12 @@ def monotonic_ms() -> float:
 class Engine:
     def __init__(self, repository: ModelRepository, device: str = "cpu", policy: str | Policy = "nexus",
                  clock: Callable[[], float] = monotonic_ms, max_queue: int = 4096, postprocess_workers: int = 1,
-                 share: bool = True) -> None:
+                 share: bool = True, adapt_profiles: bool = True) -> None:
         """`share=False` turns off prefix sharing: each version keeps its own fragments and
-        equal inputs are not merged (how TF Serving or Clipper would serve the models)."""
+        equal inputs are not merged (how TF Serving or Clipper would serve the models).
+        `adapt_profiles=False` plans with the stored profiles as they are, never scaled
+        by the latencies observed while serving."""
+        self.adapt_profiles = adapt_profiles
         self.device = device
         self.share = share
         self.clock = clock
@@ -136,7 +142,12 @@ class Engine:
         self._next_id = 0
         self._closing = False
         self._rates: dict[str, RateMeter] = {}  # model -> recent request rate (adaptive selection)
+        # session -> observed / profiled batch latency (EWMA): profiles are measured on an
+        # idle device; under load (host threads, other processes) batches run slower
+        self._slowdown: dict[str, float] = {}
+        self._host_ms: dict[str, float] = {}  # model -> host work per request (pre + post), EWMA
         self._selected: dict[tuple[str, str], int] = {}  # (app, model) -> version chosen last
+        self._top_priority = 0  # highest request priority seen (later stages of lower ones reserve time)
         self.selection_events: deque[dict] = deque(maxlen=10_000)
         self._busy_ms = 0.0
         self._started_ms = clock()
@@ -188,7 +199,9 @@ class Engine:
         for i, state in enumerate(states):
             if state is None or self._root_pending(state):
                 continue
+            t0 = time.perf_counter()
             inputs[i] = state.servable.model.preprocess(state.request.image[None])[0]
+            self._note_host(state.request.model, (time.perf_counter() - t0) * 1000.0)
         with self._cond:
             for i, state in enumerate(states):
                 if state is None:
@@ -214,11 +227,15 @@ class Engine:
             fut.set_exception(Dropped("unavailable", str(exc)))
             return None
         servable.in_flight += 1
+        self._top_priority = max(self._top_priority, req.priority)
         self.metrics.arrived(req.app, req.model, str(servable.version))
         model = servable.model
         leaves = model.leaves_for_labels(list(req.labels) if req.labels is not None else None)
         needed = model.path_to(leaves)
         return _State(req, servable, fut, leaves, set(needed), self._stages(model, leaves, req))
+
+    def _note_host(self, model: str, ms: float) -> None:
+        self._host_ms[model] = 0.95 * self._host_ms.get(model, ms) + 0.05 * ms
 
     def _select(self, req: Request) -> int:
         """Adaptive selection: the version for this request, by the model's load."""
@@ -228,9 +245,10 @@ class Engine:
         rate = self._rates.setdefault(req.model, RateMeter()).add(self.clock())
         options = []
         for v, servable in versions.items():
-            profiles = [self.manager.sessions[f.hash].profile for f in servable.model.fragments.values()]
             quality = servable.model.spec.quality
-            options.append(VersionCost(v, quality if quality is not None else float(v), capacity(profiles, req.slo_ms)))
+            profiles = [self._current_profile(f.hash) for f in servable.model.fragments.values()]
+            options.append(VersionCost(v, quality if quality is not None else float(v),
+                                       capacity(profiles, req.slo_ms, self._host_ms.get(req.model, 0.0))))
         key = (req.app, req.model)
         current = self._selected.get(key)
         chosen = choose_version(options, rate, current)
@@ -243,15 +261,26 @@ class Engine:
         return chosen
 
     def _stages(self, model, leaves: list[str], req: Request) -> dict[str, tuple[float, float]]:
-        """Each fragment's deadline and budget: the SLO split in proportion to l(1)."""
+        """Each fragment's (deadline, budget). The budget, which sizes batches, is the SLO
+        split over the path in proportion to l(1). The deadline, which orders and drops,
+        is the request's final one less what the stages after it need: twice their l(1)
+        (a batch to wait behind and their own run) and, for a request below the top
+        priority in use, the share of its SLO that higher-priority work may take first."""
         sessions = self.manager.sessions
         own = {n: sessions[f.hash].profile.latency_ms(1) for n, f in model.fragments.items()}
         cumulative: dict[str, float] = {}
         for name, frag in model.fragments.items():  # root first
             cumulative[name] = own[name] + (cumulative[frag.parent] if frag.parent else 0.0)
         total = max(cumulative[leaf] for leaf in leaves) or 1.0
-        return {n: (req.capture_ms + req.slo_ms * cumulative[n] / total, req.slo_ms * own[n] / total)
-                for n in model.fragments}
+        final = req.capture_ms + req.slo_ms
+        yielding = BLOCK_SHARE * req.slo_ms if req.priority < self._top_priority else 0.0
+        stages = {}
+        for name in model.fragments:
+            after = max((cumulative[leaf] - cumulative[name] for leaf in leaves
+                         if name in model.path_to([leaf])), default=0.0)
+            reserve = 2 * after + (yielding if after > 0 else 0.0)
+            stages[name] = (final - reserve, req.slo_ms * own[name] / total)
+        return stages
 
     def _key(self, request: Request) -> Hashable | None:
         return request.input_key if self.share else None
@@ -275,7 +304,7 @@ class Engine:
         if len(queue) >= self.max_queue:
             raise Dropped("overloaded", f"queue of {self.manager.sessions[frag.hash].label} is full")
         self._next_id += 1
-        entry = _Entry(self._next_id, frag.hash, key, value, self.clock(), [])
+        entry = _Entry(self._next_id, frag.hash, key, value, self.clock(), [], downstream=frag.parent is not None)
         entry.subscribe(state, fragment)
         queue.append(entry)
         if key is not None:
@@ -306,9 +335,10 @@ class Engine:
         while True:
             if self._closing and not any(self._queues.values()):
                 return None, [], []
-            items = {h: [WorkItem(e.item_id, e.arrival_ms, e.deadline_ms, e.budget_ms, e.priority) for e in q]
+            items = {h: [WorkItem(e.item_id, e.arrival_ms, e.deadline_ms, e.budget_ms, e.priority, e.slo_ms,
+                                  e.downstream) for e in q]
                      for h, q in self._queues.items() if q}
-            profiles = {h: self.manager.sessions[h].profile for h in items}
+            profiles = {h: self._current_profile(h) for h in items}
             plan = self.policy.plan(items, profiles, self.clock()) if items else Plan()
             dropped = self._take(dict(plan.dropped))
             batch: list[_Entry] = []
@@ -328,6 +358,11 @@ class Engine:
             if plan.wait_until_ms is not None:
                 timeout = max(0.0, (plan.wait_until_ms - self.clock()) / 1000.0)
             self._cond.wait(timeout if timeout is not None else 0.5)
+
+    def _current_profile(self, session: str):
+        profile = self.manager.sessions[session].profile
+        factor = self._slowdown.get(session, 1.0)
+        return profile if abs(factor - 1.0) < 0.02 else profile.scaled(factor)
 
     def _take(self, ids: dict[int, str]) -> list[tuple[_Entry, str]]:
         taken = []
@@ -363,6 +398,9 @@ class Engine:
             return
         elapsed_ms = (time.perf_counter() - started) * 1000.0
         self._busy_ms += elapsed_ms
+        if info is not None and self.adapt_profiles:
+            ratio = min(4.0, max(0.5, elapsed_ms / max(info.profile.latency_ms(len(batch)), 1e-3)))
+            self._slowdown[session] = 0.9 * self._slowdown.get(session, 1.0) + 0.1 * ratio
         self.policy.feedback(session, len(batch), elapsed_ms, min(e.budget_ms for e in batch))
         self.metrics.batch(info.label.split("/")[0] if info else "?", frag.name, len(batch))
         ready: list[_State] = []
@@ -391,8 +429,10 @@ class Engine:
         req = state.request
         model = state.servable.model
         width, height = req.image.shape[1], req.image.shape[0]
+        t0 = time.perf_counter()
         try:
             outputs = {leaf: model.postprocess(leaf, state.outputs[leaf], (width, height)) for leaf in state.leaves}
+            self._note_host(req.model, (time.perf_counter() - t0) * 1000.0)
         except Exception as exc:
             log.exception("postprocessing %s failed", model.spec.name)
             self._fail(state, "error", f"postprocess: {exc}")

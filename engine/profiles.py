@@ -74,6 +74,11 @@ class Profile:
         """Items per second at this batch size."""
         return batch * 1000.0 / self.latency_ms(batch)
 
+    def scaled(self, factor: float) -> "Profile":
+        """The same profile with every latency multiplied: what the device gives now."""
+        return Profile(self.fragment_hash, self.device_key, self.batch_sizes,
+                       tuple(m * factor for m in self.mean_ms), tuple(s * factor for s in self.std_ms))
+
     def to_dict(self) -> dict:
         return {"fragment_hash": self.fragment_hash, "device_key": self.device_key,
                 "batch_sizes": list(self.batch_sizes), "mean_ms": [round(v, 4) for v in self.mean_ms],
@@ -98,7 +103,7 @@ def device_key(device: str) -> str:
 
 
 def measure(run_batch: Callable[[int], None], batch_sizes: tuple[int, ...], fragment_hash: str, dev_key: str,
-            warmup: int = 2, repeats: int = 5, synchronize: Callable[[], None] = lambda: None,
+            warmup: int = 2, repeats: int = 7, synchronize: Callable[[], None] = lambda: None,
             timer: Callable[[], float] = time.perf_counter) -> Profile:
     """Time `run_batch(b)` for each size; the first `warmup` runs of each size are discarded."""
     means, stds = [], []

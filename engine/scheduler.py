@@ -7,7 +7,8 @@ anywhere are dropped because they can no longer meet their deadline. It touches 
 tensor and reads no clock; tests drive it with constructed queues and a number for now.
 
 Policies:
-- `nexus` (Nexus, SOSP 2019): sessions by priority, then earliest deadline. Within a
+- `nexus` (Nexus, SOSP 2019): sessions by priority, then later stages before first
+  stages (work already spent is not wasted), then earliest deadline. Within a
   session items are taken by priority, then deadline. The planned batch B is the largest whose
   latency fits twice into the tightest stage budget queued (a request may wait one
   batch, then run in the next). Early drop: slide a window of B along the queue and
@@ -32,6 +33,10 @@ from typing import Mapping, Protocol, Sequence
 from engine.profiles import Profile
 
 POLICIES = ("nexus", "tfs", "clipper", "nobatch")
+# The share of a higher-priority SLO that one lower-priority batch may keep the device
+# busy (the preemption bound); the engine reserves as much for later stages of
+# lower-priority requests.
+BLOCK_SHARE = 0.25
 
 
 @dataclass(frozen=True)
@@ -41,6 +46,8 @@ class WorkItem:
     deadline_ms: float  # this stage's deadline
     budget_ms: float  # this stage's share of the SLO (deadline - capture, for this stage)
     priority: int = 0
+    slo_ms: float = float("inf")  # the whole request's SLO (the tightest, for a shared item)
+    downstream: bool = False  # a later stage: device work was already spent on it
 
 
 @dataclass(frozen=True)
@@ -70,43 +77,72 @@ class Policy(Protocol):
 class NexusPolicy:
     name: str = "nexus"
     sigmas: float = 1.0  # safety margin: plan with mean + sigmas * std of the profile
-    # priority -> tightest stage budget seen, kept across plans (updated by `observe`)
-    budgets_by_priority: dict[int, float] = field(default_factory=dict)
+    block_share: float = BLOCK_SHARE  # of a higher-priority SLO that one lower-priority batch may take
+    defer_safety: float = 0.1  # of the SLO kept in hand when a batch waits to its latest start
+    # priority -> tightest SLO seen, kept across plans (updated by `observe`)
+    slo_by_priority: dict[int, float] = field(default_factory=dict)
 
     def observe(self, item: WorkItem) -> None:
-        """Remember the tightest budget per priority, to bound lower-priority batches."""
-        current = self.budgets_by_priority.get(item.priority)
-        if current is None or item.budget_ms < current:
-            self.budgets_by_priority[item.priority] = item.budget_ms
+        """Remember the tightest SLO per priority, to bound lower-priority batches."""
+        current = self.slo_by_priority.get(item.priority)
+        if current is None or item.slo_ms < current:
+            self.slo_by_priority[item.priority] = item.slo_ms
 
     def feedback(self, session: str, batch_size: int, latency_ms: float, budget_ms: float) -> None:
         pass
 
     def plan(self, queues: Queues, profiles: Mapping[str, Profile], now_ms: float) -> Plan:
-        candidates = []  # (session, items by deadline, batch, items ahead of the batch)
+        candidates = []  # (session, items in order, batch, items ahead of the batch, wake time if deferred)
         for session, queue in queues.items():
             if queue:
                 for item in queue:
                     self.observe(item)
                 items = sorted(queue, key=lambda w: (-w.priority, w.deadline_ms, w.arrival_ms))
-                candidates.append((session, items, *self._window(items, profiles[session], now_ms)))
-        runnable = [c for c in candidates if c[2]]
-        best = min(runnable, key=lambda c: (-max(w.priority for w in c[2]), c[2][0].deadline_ms),
-                   default=None)
+                batch, ahead, planned = self._window(items, profiles[session], now_ms)
+                wake = self._defer_until(batch, planned, profiles[session], now_ms)
+                candidates.append([session, items, batch, ahead, wake])
+        if not any(c[2] and c[4] is None for c in candidates):
+            for c in candidates:  # nothing else would use the device: waiting gains nothing
+                c[4] = None
+        runnable = [c for c in candidates if c[2] and c[4] is None]
+        # priority first; within it later stages first (finish work already paid for),
+        # then the earliest deadline
+        best = min(runnable, key=lambda c: (-max(w.priority for w in c[2]), not any(w.downstream for w in c[2]),
+                                            min(w.deadline_ms for w in c[2])), default=None)
         dropped: list[tuple[int, str]] = []
-        for session, items, batch, ahead in candidates:
-            if best is not None and session == best[0]:
+        for session, items, batch, ahead, wake in candidates:
+            if (best is not None and session == best[0]) or wake is not None:
                 dropped += [(w.item_id, "deadline") for w in ahead]
             elif not batch:
                 dropped += [(w.item_id, "deadline") for w in items]
             else:  # stays queued: drop only what misses even alone, even now
                 dropped += self._certain_misses(items, profiles[session], now_ms)
+        wakes = [c[4] for c in candidates if c[4] is not None]
         if best is None:
-            return Plan(dropped=tuple(dropped))
+            return Plan(dropped=tuple(dropped), wait_until_ms=min(wakes, default=None))
         return Plan(best[0], tuple(w.item_id for w in best[2]), tuple(dropped))
 
-    def _window(self, items: list[WorkItem], profile: Profile, now_ms: float) -> tuple[list[WorkItem], list[WorkItem]]:
-        """(batch, items ahead of it to drop); an empty batch means nothing can make it."""
+    def _defer_until(self, batch: list[WorkItem], planned: int, profile: Profile, now_ms: float) -> float | None:
+        """A batch smaller than planned may wait until the latest start its deadline
+        allows, so that other sessions use the device meanwhile and it fills up
+        (`plan` lets a batch wait only when another session has work to run). Returns
+        that latest start, or None to run now. The margin covers one lower-priority
+        batch (bounded by `block_share` of the SLO), the smallest one, and
+        `defer_safety` of the SLO for what profiles do not foresee."""
+        if not batch or len(batch) >= planned:
+            return None
+        slo = min(w.slo_ms for w in batch)
+        if slo == float("inf"):
+            return None  # no SLO known: nothing to plan a wait against
+        earliest = min(w.deadline_ms for w in batch)
+        margin = (self.block_share + self.defer_safety) * slo + profile.latency_ms(1, self.sigmas)
+        latest_start = earliest - profile.latency_ms(planned, self.sigmas) - margin
+        return latest_start if latest_start > now_ms else None
+
+    def _window(self, items: list[WorkItem], profile: Profile,
+                now_ms: float) -> tuple[list[WorkItem], list[WorkItem], int]:
+        """(batch, items ahead of it to drop, planned size); an empty batch means nothing
+        can make it."""
         tightest = min(w.budget_ms for w in items)
         planned = max(1, profile.largest_batch_within(tightest / 2, sigmas=self.sigmas))
         cap = self._priority_cap(items, profile)
@@ -120,17 +156,17 @@ class NexusPolicy:
                     if profile.latency_ms(size + 1, self.sigmas) > earliest - now_ms:
                         break
                     size += 1
-                return items[i:i + size], items[:i]
-        return [], items
+                return items[i:i + size], items[:i], min(planned, cap)
+        return [], items, min(planned, cap)
 
     def _priority_cap(self, items: list[WorkItem], profile: Profile) -> int:
-        """Largest batch that blocks the device for at most half the tightest budget of
-        any higher-priority work seen (at least 1: some progress is always made)."""
+        """Largest batch that blocks the device for at most `block_share` of the tightest
+        SLO of any higher-priority work seen (at least 1: some progress is always made)."""
         mine = max(w.priority for w in items)
-        higher = [b for p, b in self.budgets_by_priority.items() if p > mine]
+        higher = [s for p, s in self.slo_by_priority.items() if p > mine]
         if not higher:
             return profile.max_batch
-        return max(1, profile.largest_batch_within(min(higher) / 2, sigmas=self.sigmas))
+        return max(1, profile.largest_batch_within(min(higher) * self.block_share, sigmas=self.sigmas))
 
     def _certain_misses(self, items: Sequence[WorkItem], profile: Profile, now_ms: float) -> list[tuple[int, str]]:
         """Items that miss their deadline even alone, now (they can only do worse later)."""

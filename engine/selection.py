@@ -24,11 +24,12 @@ class VersionCost:
     capacity_per_s: float
 
 
-def capacity(profiles: list[Profile], slo_ms: float) -> float:
-    """Items per second a version sustains within the SLO, waiting one batch at most."""
+def capacity(profiles: list[Profile], slo_ms: float, host_ms: float = 0.0) -> float:
+    """Items per second a version sustains within the SLO, waiting one batch at most;
+    `host_ms` per item (pre- and postprocessing) counts as if it were serial."""
     best = 0.0
     for b in range(1, max(p.max_batch for p in profiles) + 1):
-        latency = sum(p.latency_ms(b) for p in profiles)
+        latency = sum(p.latency_ms(b) for p in profiles) + b * host_ms
         if 2 * latency <= slo_ms:
             best = max(best, b * 1000.0 / latency)
     return best
@@ -64,4 +65,11 @@ class RateMeter:
 
     @property
     def rate_per_s(self) -> float:
+        """As of the last arrival."""
         return self._value * 1000.0 / self.tau_ms
+
+    def rate_at(self, now_ms: float) -> float:
+        """Decayed to `now_ms`: a pause in arrivals lowers it."""
+        if self._last_ms is None:
+            return 0.0
+        return self.rate_per_s * math.exp(-max(0.0, now_ms - self._last_ms) / self.tau_ms)

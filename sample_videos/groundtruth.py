@@ -4,8 +4,9 @@ Deliberately independent of `apps/`: the truth an app is scored against must not
 code with the app. Conventions (also written into every `.gt.json`):
 - boxes are pixel `xyxy`, clipped to the frame; `visible` is the fraction of the
   object's own pixels not hidden by nearer objects or the frame edge;
-- lines are crossed by the box centre; zones contain an object when its bottom centre
-  (foot point) is inside;
+- lines are crossed by the object's body centre (its ground position, half its nominal
+  height up: near the box centre, without the swing of limbs); zones contain an
+  object when its bottom centre (foot point) is inside;
 - direction: see `sample_videos.preset` ("in" = towards B - A turned 90 degrees
   clockwise on screen).
 """
@@ -20,7 +21,8 @@ from sample_videos.preset import CLASSES, Point, Preset
 CONVENTIONS = {
     "coordinates": "pixels, origin top-left; boxes are xyxy clipped to the frame; "
                    "line and zone points are normalized to the frame (0..1)",
-    "line_anchor": "box centre",
+    "line_anchor": "the object's body centre: its ground position, half its nominal height up "
+                   "(close to the box centre, but it does not swing with arms and legs)",
     "zone_anchor": "bottom centre (foot point)",
     "direction": "a line runs from its first point A to its second point B; a crossing is "
                  "'in' when the anchor moves to the side that B-A turned 90 degrees "
@@ -90,10 +92,9 @@ class Truth:
         return (x / self.width, y / self.height)
 
     def add_frame(self, index: int, t_ms: float, objects: list[dict]) -> None:
-        """objects: dicts with track_id, class, xyxy (clipped), full_xyxy, visible."""
+        """objects: dicts with track_id, class, xyxy (clipped), full_xyxy, anchor, visible."""
         for obj in objects:
-            fx0, fy0, fx1, fy1 = obj["full_xyxy"]
-            centre = self._norm((fx0 + fx1) / 2, (fy0 + fy1) / 2)
+            centre = self._norm(*obj["anchor"])
             previous = self._last_anchor.get(obj["track_id"])
             if previous is not None:
                 for name, (a, b) in self.preset.lines.items():

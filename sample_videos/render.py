@@ -63,7 +63,7 @@ class RenderedFrame:
     index: int
     t_ms: float
     image: np.ndarray  # [H, W, 3] uint8 RGB
-    objects: list[dict]  # track_id, class, xyxy (clipped), full_xyxy, visible
+    objects: list[dict]  # track_id, class, xyxy (clipped), full_xyxy, anchor, visible
 
 
 class Lighting:
@@ -140,6 +140,7 @@ class Renderer:
             clipped = [max(0.0, box[0]), max(0.0, box[1]), min(W - 1.0, box[2]), min(H - 1.0, box[3])]
             objects.append({"track_id": agent.track_id, "class": agent.cls, "xyxy": clipped,
                             "full_xyxy": [float(v) for v in box],
+                            "anchor": [float(v) for v in sprites.anchor(agent, world, W, H)],
                             "visible": float(min(1.0, visible_px[k] / max(own, 1)))})
         lit = frame.astype(np.float32) * self.lighting.gain(t_ms / 1000.0)
         if cfg.noise > 0:

@@ -70,6 +70,19 @@ def extent(prims: list[Prim]) -> np.ndarray:
 
 
 # -- agents -------------------------------------------------------------------------
+NOMINAL_HEIGHT = {"person": 0.15, "car": 0.12, "bike": 0.15}  # of the frame height, at scale 1
+
+
+def anchor(agent: Agent, world: World, width: int, height: int) -> tuple[float, float]:
+    """The object's body centre in pixels: its ground position, half its nominal height
+    up. Unlike a box centre it does not swing with arms and legs, so a person standing
+    on a line is not counted crossing it back and forth."""
+    h = NOMINAL_HEIGHT[agent.cls] * world.preset.scale_at(agent.foot_y) * agent.size * height
+    if agent.cls == "car" and agent.variant == "van":
+        h *= 1.12
+    return agent.x * width, agent.foot_y * height - h / 2
+
+
 def agent_prims(agent: Agent, world: World, width: int, height: int) -> list[Prim]:
     fx, fy = agent.x * width, agent.foot_y * height
     scale = world.preset.scale_at(agent.foot_y) * agent.size * height

@@ -38,7 +38,7 @@ def run_counts(clip, out):
 def test_line_counts_match_truth_on_bundled_clips(clip, tmp_path):
     summary = run_counts(clip, tmp_path)
     assert summary["error"] is None
-    assert count_errors(summary, load_truth(clip), 0.10) == []
+    assert count_errors(summary, load_truth(clip), 0.05) == []
 
 
 @pytest.mark.slow
@@ -47,7 +47,7 @@ def test_line_counts_match_truth_on_other_seeds(seed, tmp_path):
     clip = tmp_path / f"s{seed}.mp4"
     truth = write_clip(RenderConfig(seed=seed, duration_s=20.0), clip)
     summary = run_counts(clip, tmp_path / "out")
-    assert count_errors(summary, truth, 0.10) == []
+    assert count_errors(summary, truth, 0.05) == []
 
 
 def test_outputs_are_written_and_consistent(short_clip, tmp_path):

@@ -2,7 +2,7 @@
 
 import pytest
 
-from engine.scheduler import ClipperPolicy, NexusPolicy, NoBatchPolicy, TfsPolicy, make_policy
+from engine.scheduler import ClipperPolicy, NexusPolicy, NoBatchPolicy, TfsPolicy, WorkItem, make_policy
 from factories import make_item, make_profile
 
 PROFILE = make_profile(per_item_ms=10, fixed_ms=5)  # l(b) = 5 + 10 b: l(1)=15, l(4)=45, l(8)=85
@@ -59,16 +59,16 @@ def test_same_priority_earliest_deadline_first():
     assert plan.session == "b"
 
 
-def test_lower_priority_batch_is_capped_by_higher_priority_budgets():
-    """Preemption bound: a low-priority batch may block the device at most half the
-    tightest high-priority budget, so a high-priority request waits one short fragment."""
+def test_lower_priority_batch_is_capped_by_higher_priority_slos():
+    """Preemption bound: a low-priority batch may block the device at most a quarter of
+    the tightest high-priority SLO, so a high-priority request waits one short fragment."""
     policy = NexusPolicy(sigmas=0)
-    high = [make_item(100, 1000, budget_ms=100, priority=5)]
-    policy.plan({"high": high}, {"high": PROFILE}, now_ms=0)  # seen once: budget 100 ms
+    high = [WorkItem(100, 0, 1000, 10, priority=5, slo_ms=200)]  # a head stage: tiny budget, SLO 200
+    policy.plan({"high": high}, {"high": PROFILE}, now_ms=0)  # seen once
     low = [make_item(i, 5000, budget_ms=5000) for i in range(16)]
     plan = policy.plan({"low": low}, {"low": PROFILE}, now_ms=0)
     assert plan.session == "low"
-    assert PROFILE.latency_ms(len(plan.batch)) <= 50  # half the high-priority budget
+    assert PROFILE.latency_ms(len(plan.batch)) <= 50  # a quarter of the high-priority SLO
     assert len(plan.batch) == 4
 
 
@@ -91,7 +91,8 @@ def test_slo_split_budgets_reach_the_plan():
     """A stage's budget (its share of the SLO) sets the planned batch: 2 l(B) <= budget."""
     queue = [make_item(i, 1000, budget_ms=100) for i in range(16)]
     policy = NexusPolicy(sigmas=0)
-    assert policy._window(sorted(queue, key=lambda w: w.deadline_ms), PROFILE, 0)[0]
+    batch, _, planned = policy._window(sorted(queue, key=lambda w: w.deadline_ms), PROFILE, 0)
+    assert batch and planned == 4
     # with a 100 ms stage budget the planned batch is 4 (2 * 45 <= 100), but the deadline
     # leaves room for all 16 queued, so the batch grows to the profile's largest
     plan = policy.plan({"s": queue}, {"s": PROFILE}, now_ms=0)
@@ -155,3 +156,31 @@ def test_within_a_session_higher_priority_items_go_first():
     assert plan.batch[:3] == (10, 11, 12)
     # the batch still meets the earliest deadline among its members
     assert PROFILE.latency_ms(len(plan.batch)) <= 100
+
+
+def test_a_small_batch_waits_while_others_use_the_device():
+    policy = NexusPolicy(sigmas=0)
+    # planned batch for a 400 ms SLO: 2 l(b) <= 400 -> 16 (the profile's largest);
+    # it must start by 400 - l(16) - ((0.25 + 0.1) * 400 + l(1)) = 400 - 165 - 155 = 80
+    few = [WorkItem(i, 0, 400, 400, 5, 400) for i in range(3)]
+    other = [WorkItem(100 + i, 0, 5000, 5000, 0, 5000) for i in range(16)]  # other work, a full batch
+    queues, profiles = {"s": few, "o": other}, {"s": PROFILE, "o": PROFILE}
+    assert policy.plan(queues, profiles, now_ms=0).session == "o"
+    assert policy.plan(queues, profiles, now_ms=81).session == "s"  # its latest start has passed
+    # nothing else to run: no waiting
+    assert policy.plan({"s": few}, {"s": PROFILE}, now_ms=0).batch == (0, 1, 2)
+    # a full batch does not wait
+    full = [WorkItem(i, 0, 400, 400, 5, 400) for i in range(16)]
+    assert policy.plan({"s": full, "o": other}, profiles, now_ms=0).session == "s"
+    # with no SLO known there is nothing to plan a wait against
+    unknown = [make_item(i, 400, budget_ms=400, priority=5) for i in range(3)]
+    assert policy.plan({"s": unknown, "o": other}, profiles, now_ms=0).session == "s"
+
+
+def test_while_one_session_waits_another_uses_the_device():
+    policy = NexusPolicy(sigmas=0)
+    waiting = [WorkItem(1, 0, 400, 400, 5, 400)]
+    other = [WorkItem(10 + i, 0, 2000, 2000, 0, 2000) for i in range(16)]
+    plan = policy.plan({"high": waiting, "low": other}, {"high": PROFILE, "low": PROFILE}, now_ms=0)
+    # low runs, its batch capped to a quarter of the high-priority SLO: l(b) <= 100 -> 9
+    assert plan.session == "low" and len(plan.batch) == 9

@@ -1,0 +1,58 @@
+"""The trained SceneDet versions in configs/models: they load, split, share nothing they
+should not, and find the objects of a frame rendered from a held-out seed."""
+
+import numpy as np
+import pytest
+
+from engine.engine import Engine, Request
+from engine.models.detection_eval import box_iou
+from engine.repository import ModelRepository
+from sample_videos.render import RenderConfig, Renderer
+from vigil.offline import DEFAULT_REPOSITORY
+
+CLASSES = ("person", "car", "bike")
+
+
+@pytest.fixture(scope="module")
+def engine():
+    with Engine(ModelRepository(DEFAULT_REPOSITORY), "cpu") as e:
+        e.load("scenedet")
+        yield e
+
+
+def test_both_versions_load_with_labels_and_three_fragments(engine):
+    models = engine.models()["scenedet"]
+    assert sorted(models["versions"]) == [1, 2]
+    assert models["labels"] == {"stable": 1, "canary": 2}
+    for v in (1, 2):
+        names = [f["name"] for f in models["versions"][v]["fragments"]]
+        parents = {f["name"]: f["parent"] for f in models["versions"][v]["fragments"]}
+        assert names == ["backbone", "person_head", "vehicle_head"]
+        assert parents == {"backbone": None, "person_head": "backbone", "vehicle_head": "backbone"}
+        assert models["versions"][v]["random_weights"] is False
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_detects_the_objects_of_a_held_out_frame(engine, version):
+    frames = [f for _, f in zip(range(3), Renderer(RenderConfig(seed=9300)).frames(every=40))]
+    found = total = 0
+    for frame in frames:
+        result = engine.submit(Request("t", "scenedet", frame.image, engine.clock(), 60_000.0, version)).result(60)
+        dets = result.detections
+        dets = dets[dets.confidence >= 0.3]
+        for c, name in enumerate(CLASSES):
+            gt = np.array([o["xyxy"] for o in frame.objects if o["class"] == name and o["visible"] >= 0.6],
+                          np.float32).reshape(-1, 4)
+            mine = dets.xyxy[dets.class_id == c]
+            total += len(gt)
+            if len(gt) and len(mine):
+                found += int((box_iou(gt, mine).max(axis=1) >= 0.5).sum())
+    assert total >= 15  # a busy street
+    assert found / total >= 0.85, f"version {version} found {found} of {total}"
+
+
+def test_people_only_requests_run_only_the_person_head(engine):
+    frame = next(Renderer(RenderConfig(seed=9301)).frames()).image
+    result = engine.submit(Request("t", "scenedet", frame, engine.clock(), 60_000.0, 2, labels=("person",))).result(60)
+    assert set(result.outputs) == {"person_head"}
+    assert set(result.detections.class_id.tolist()) <= {0}
