@@ -30,7 +30,7 @@ import numpy as np
 from engine.detections import Detections
 from engine.metrics import EngineMetrics
 from engine.repository import ModelRepository
-from engine.scheduler import BLOCK_SHARE, Plan, Policy, WorkItem, make_policy
+from engine.scheduler import Plan, Policy, WorkItem, make_policy
 from engine.selection import RateMeter, VersionCost, capacity, choose_version
 from engine.servables import ModelManager, Servable
 
@@ -38,6 +38,9 @@ log = logging.getLogger("vigil.engine")
 
 
 ADAPTIVE = "adaptive"  # Request.version: let the engine choose by load
+# What a lower-priority request reserves for its later stages, as a share of its SLO:
+# enough to wait behind one higher-priority batch (at most half that one's budget).
+YIELD_SHARE = 0.35
 
 
 class Dropped(Exception):
@@ -189,11 +192,18 @@ class Engine:
         """Submit together so requests on the same input share fragments reliably."""
         futures: list[Future] = []
         states: list[_State | None] = []
+        hopeless: list[_State] = []
         with self._cond:
             for req in requests:
                 fut: Future = Future()
                 futures.append(fut)
-                states.append(self._admit(req, fut))
+                state = self._admit(req, fut)
+                if state is not None and self._hopeless(state):
+                    hopeless.append(state)
+                    state = None
+                states.append(state)
+        for state in hopeless:  # dropped at the door: no host work spent on them
+            self._fail(state, "deadline", "the queue ahead cannot clear in time")
         # Host work outside the lock: preprocess each distinct root input once.
         inputs: dict[int, Any] = {}
         for i, state in enumerate(states):
@@ -213,6 +223,28 @@ class Engine:
                     self._fail(state, exc.reason, str(exc))
             self._cond.notify_all()
         return futures
+
+    def _hopeless(self, state: _State) -> bool:
+        """Early drop at admission: even if the queue ahead ran in the largest batches
+        the profile allows, this request could not finish its first stage in time. A
+        request sharing an input already queued costs nothing and is never hopeless.
+        Call under the lock."""
+        if not self.share and self.policy.name != "nexus":
+            return False
+        model = state.servable.model
+        root = model.fragments[model.path_to(state.leaves)[0]]
+        key = self._key(state.request)
+        if key is not None and (root.hash, key) in self._pending:
+            return False
+        ahead = sum(1 for e in self._queues.get(root.hash, []) if e.priority >= state.request.priority)
+        if ahead == 0:
+            return False
+        profile = self._current_profile(root.hash)
+        b = profile.max_batch
+        full, rest = divmod(ahead + 1, b)  # the queue ahead and this request, in the largest batches
+        clear_ms = full * profile.latency_ms(b) + (profile.latency_ms(rest) if rest else 0.0)
+        deadline, _ = state.stage[root.name]
+        return self.clock() + clear_ms > deadline
 
     def _admit(self, req: Request, fut: Future) -> _State | None:
         version = str(req.version) if req.version is not None else "latest"
@@ -265,7 +297,7 @@ class Engine:
         split over the path in proportion to l(1). The deadline, which orders and drops,
         is the request's final one less what the stages after it need: twice their l(1)
         (a batch to wait behind and their own run) and, for a request below the top
-        priority in use, the share of its SLO that higher-priority work may take first."""
+        priority in use, `YIELD_SHARE` of its SLO for higher-priority work to go first."""
         sessions = self.manager.sessions
         own = {n: sessions[f.hash].profile.latency_ms(1) for n, f in model.fragments.items()}
         cumulative: dict[str, float] = {}
@@ -273,7 +305,7 @@ class Engine:
             cumulative[name] = own[name] + (cumulative[frag.parent] if frag.parent else 0.0)
         total = max(cumulative[leaf] for leaf in leaves) or 1.0
         final = req.capture_ms + req.slo_ms
-        yielding = BLOCK_SHARE * req.slo_ms if req.priority < self._top_priority else 0.0
+        yielding = YIELD_SHARE * req.slo_ms if req.priority < self._top_priority else 0.0
         stages = {}
         for name in model.fragments:
             after = max((cumulative[leaf] - cumulative[name] for leaf in leaves

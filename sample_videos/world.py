@@ -123,7 +123,11 @@ class World:
         cx0, cx1 = p.crosswalk_x
         ahead = (cx0 > x) if direction > 0 else (cx1 < x)
         if ahead and rng.random() < self.density.cross_probability:
-            agent.cross_at_x = rng.uniform(cx0 + 0.012, cx1 - 0.012)
+            # keep right: southbound (from the far side, facing the camera) on the
+            # screen-left half of the crosswalk, northbound on the screen-right half
+            mid = (cx0 + cx1) / 2
+            lo, hi = (cx0 + 0.008, mid - 0.004) if far else (mid + 0.004, cx1 - 0.008)
+            agent.cross_at_x = rng.uniform(lo, hi)
             other_top, other_bottom = p.near_walk if far else p.far_walk
             agent.target_y = rng.uniform(other_top + 0.035, other_bottom - 0.02)
         elif rng.random() < self.density.pause_probability:
