@@ -54,11 +54,19 @@ class BlockCutter:
 
 def cut_blocks(frames: Iterable[Frame], max_frames: int = 8,
                max_duration_ms: float | None = None) -> Iterator[FrameBlock]:
+    """Blocks in order. When the frames fail part-way, the frames already received still
+    come out as a last block before the error is raised."""
     cutter = BlockCutter(max_frames, max_duration_ms)
-    for frame in frames:
-        block = cutter.add(frame)
-        if block is not None:
-            yield block
+    try:
+        for frame in frames:
+            block = cutter.add(frame)
+            if block is not None:
+                yield block
+    except Exception:
+        last = cutter.flush()
+        if last is not None:
+            yield last
+        raise
     last = cutter.flush()
     if last is not None:
         yield last

@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f}"
+
+
 def format_table(summary: dict) -> str:
     rows = [("app", "frames", "tracks", "line: in/out", "p50 ms", "p99 ms", "SLO ms", "in SLO")]
     for name, app in summary["apps"].items():
         lines = ", ".join(f"{line}: {c['in']}/{c['out']}" for line, c in app["lines"].items()) or "-"
         lat = app["latency_ms"]
-        rows.append((name, str(app["frames"]), str(app["tracks"]), lines, f"{lat['p50']:.0f}", f"{lat['p99']:.0f}",
-                     f"{app['slo_ms']:.0f}", f"{app['slo_attainment']:.1%}"))
+        attained = "-" if app["slo_attainment"] is None else f"{app['slo_attainment']:.1%}"
+        rows.append((name, str(app["frames"]), str(app["tracks"]), lines, _ms(lat["p50"]), _ms(lat["p99"]),
+                     _ms(app["slo_ms"]), attained))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     out = [f"{summary['source']}: {summary['frames_decoded']} frames in {summary['wall_s']:.1f} s "
            f"({summary['fps']:.1f} fps) on {summary['device']}"]

@@ -80,3 +80,16 @@ def test_block_select_and_validation():
         FrameBlock("s", 0, np.arange(2), np.zeros(3), np.zeros(2), np.zeros((2, 4, 4, 3), np.uint8))
     with pytest.raises(ValueError, match="uint8"):
         FrameBlock("s", 0, np.arange(2), np.zeros(2), np.zeros(2), np.zeros((2, 4, 4, 3), np.float32))
+
+
+def test_frames_before_a_failure_come_out_as_a_last_block():
+    def failing():
+        for i in range(5):
+            yield make_frame(i)
+        raise RuntimeError("stream broke")
+
+    blocks = cut_blocks(failing(), max_frames=4)
+    assert len(next(blocks)) == 4
+    assert next(blocks).frame_ids.tolist() == [4]
+    with pytest.raises(RuntimeError, match="stream broke"):
+        next(blocks)
