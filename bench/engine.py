@@ -143,7 +143,7 @@ class Bench:
             self.log(f"    rate {rate:7.1f}/s: attainment {result.attainment():.3f}")
             return result.attainment()
 
-        return search_goodput(attainment, hi, self.o.steps)
+        return search_goodput(attainment, hi, self.o.steps, retries=0 if self.o.quick else 1)
 
     def single(self) -> dict:
         slo = self.o.slo_ms
@@ -203,6 +203,7 @@ class Bench:
                 "high_attainment": round(result.attainment("high"), 4),
                 "low_admitted_attainment": round(result.admitted_attainment("low"), 4),
                 "low_dropped": result.dropped("low"), "low_arrived": result.arrived.get("low", 0),
+                "outcomes": result.outcomes,
                 "rss_mb": [round(before, 1), round(after, 1)], "rss_growth": round((after - before) / before, 4)}
 
     def swap(self) -> dict:

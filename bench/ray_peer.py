@@ -137,7 +137,7 @@ def ray_goodput(folder: Path, options, frame: np.ndarray, hi: float, log=print) 
             log(f"    rate {rate:7.1f}/s: attainment {result.attainment():.3f}")
             return result.attainment()
 
-        goodput = search_goodput(attainment, hi, options.steps)
+        goodput = search_goodput(attainment, hi, options.steps, retries=0 if options.quick else 1)
         target.close()
         log(f"    ray tuned: max_batch_size={best[0]} batch_wait_timeout_s={best[1]}")
         return round(goodput, 2)

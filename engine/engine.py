@@ -41,6 +41,9 @@ ADAPTIVE = "adaptive"  # Request.version: let the engine choose by load
 # What a lower-priority request reserves for its later stages, as a share of its SLO:
 # enough to wait behind one higher-priority batch (at most half that one's budget).
 YIELD_SHARE = 0.35
+# Time between one stage ending and the next starting, or a result being handed over:
+# thread hand-offs and the scheduler's own work, which profiles do not see.
+HANDOFF_MS = 3.0
 
 
 class Dropped(Exception):
@@ -145,9 +148,10 @@ class Engine:
         self._next_id = 0
         self._closing = False
         self._rates: dict[str, RateMeter] = {}  # model -> recent request rate (adaptive selection)
-        # session -> observed / profiled batch latency (EWMA): profiles are measured on an
-        # idle device; under load (host threads, other processes) batches run slower
-        self._slowdown: dict[str, float] = {}
+        # session -> (mean, variance) of observed / profiled batch latency (EWMA): profiles
+        # are measured on an idle device; under load (host threads, other processes)
+        # batches run slower, and less evenly
+        self._slowdown: dict[str, tuple[float, float]] = {}
         self._host_ms: dict[str, float] = {}  # model -> host work per request (pre + post), EWMA
         self._selected: dict[tuple[str, str], int] = {}  # (app, model) -> version chosen last
         self._top_priority = 0  # highest request priority seen (later stages of lower ones reserve time)
@@ -304,13 +308,14 @@ class Engine:
         for name, frag in model.fragments.items():  # root first
             cumulative[name] = own[name] + (cumulative[frag.parent] if frag.parent else 0.0)
         total = max(cumulative[leaf] for leaf in leaves) or 1.0
-        final = req.capture_ms + req.slo_ms
+        # the last stage must also leave time to hand over and postprocess the result
+        final = req.capture_ms + req.slo_ms - HANDOFF_MS - self._host_ms.get(req.model, 0.0)
         yielding = YIELD_SHARE * req.slo_ms if req.priority < self._top_priority else 0.0
         stages = {}
         for name in model.fragments:
             after = max((cumulative[leaf] - cumulative[name] for leaf in leaves
                          if name in model.path_to([leaf])), default=0.0)
-            reserve = 2 * after + (yielding if after > 0 else 0.0)
+            reserve = (2 * after + HANDOFF_MS + yielding) if after > 0 else 0.0
             stages[name] = (final - reserve, req.slo_ms * own[name] / total)
         return stages
 
@@ -392,8 +397,11 @@ class Engine:
             self._cond.wait(timeout if timeout is not None else 0.5)
 
     def _current_profile(self, session: str):
+        """The stored profile scaled by what serving shows: the observed/profiled latency
+        ratio, plus two of its standard deviations (plan for the slow batches too)."""
         profile = self.manager.sessions[session].profile
-        factor = self._slowdown.get(session, 1.0)
+        mean, var = self._slowdown.get(session, (1.0, 0.0))
+        factor = mean + 2.0 * var ** 0.5
         return profile if abs(factor - 1.0) < 0.02 else profile.scaled(factor)
 
     def _take(self, ids: dict[int, str]) -> list[tuple[_Entry, str]]:
@@ -432,7 +440,9 @@ class Engine:
         self._busy_ms += elapsed_ms
         if info is not None and self.adapt_profiles:
             ratio = min(4.0, max(0.5, elapsed_ms / max(info.profile.latency_ms(len(batch)), 1e-3)))
-            self._slowdown[session] = 0.9 * self._slowdown.get(session, 1.0) + 0.1 * ratio
+            mean, var = self._slowdown.get(session, (ratio, 0.0))
+            mean = 0.9 * mean + 0.1 * ratio
+            self._slowdown[session] = (mean, 0.9 * var + 0.1 * (ratio - mean) ** 2)
         self.policy.feedback(session, len(batch), elapsed_ms, min(e.budget_ms for e in batch))
         self.metrics.batch(info.label.split("/")[0] if info else "?", frag.name, len(batch))
         ready: list[_State] = []

@@ -8,15 +8,17 @@ tensor and reads no clock; tests drive it with constructed queues and a number f
 
 Policies:
 - `nexus` (Nexus, SOSP 2019): sessions by priority, then later stages before first
-  stages (work already spent is not wasted), then earliest deadline. Within a
-  session items are taken by priority, then deadline. The planned batch B is the largest whose
-  latency fits twice into the tightest stage budget queued (a request may wait one
-  batch, then run in the next). Early drop: slide a window of B along the queue and
-  drop the items ahead of the first window whose earliest deadline leaves room for the
-  whole window; then grow the batch to the largest size that still meets that
-  deadline. A lower-priority batch is also capped so it never blocks the device longer
-  than half the tightest budget of higher-priority work seen: higher-priority requests
-  wait at most one such fragment (preemption happens between fragments).
+  stages (device work already spent is not wasted), then earliest deadline. Within a
+  session items are taken by priority, then deadline. The planned batch B is the
+  largest whose latency fits twice into the tightest stage budget queued (a request
+  may wait one batch, then run in the next). Early drop: slide a window of B along
+  the queue and drop the items ahead of the first window whose earliest deadline
+  leaves room for the whole window; then grow the batch to the largest size that
+  still meets the earliest deadline in it. A lower-priority batch is capped so it
+  never keeps the device longer than `BLOCK_SHARE` of the tightest higher-priority
+  SLO seen: a higher-priority request waits at most one such fragment (preemption
+  happens between fragments). While another session has work to run, a batch smaller
+  than planned waits (and fills) until the latest start its deadline allows.
 - `tfs` (TF Serving): per session, run when `max_batch` items wait or the oldest has
   waited `batch_timeout_ms`; sessions by oldest item. No priorities, no drops.
 - `clipper` (Clipper): per session AIMD: the batch grows by `step` while its measured
@@ -36,7 +38,7 @@ POLICIES = ("nexus", "tfs", "clipper", "nobatch")
 # The share of a higher-priority SLO that one lower-priority batch may keep the device
 # busy (the preemption bound); the engine reserves as much for later stages of
 # lower-priority requests.
-BLOCK_SHARE = 0.25
+BLOCK_SHARE = 0.2
 
 
 @dataclass(frozen=True)
@@ -78,7 +80,7 @@ class NexusPolicy:
     name: str = "nexus"
     sigmas: float = 1.0  # safety margin: plan with mean + sigmas * std of the profile
     block_share: float = BLOCK_SHARE  # of a higher-priority SLO that one lower-priority batch may take
-    defer_safety: float = 0.1  # of the SLO kept in hand when a batch waits to its latest start
+    defer_safety: float = 0.15  # of the SLO kept in hand when a batch waits to its latest start
     # priority -> tightest SLO seen, kept across plans (updated by `observe`)
     slo_by_priority: dict[int, float] = field(default_factory=dict)
 

@@ -36,3 +36,14 @@ def test_attainment_counts_drops_as_misses_and_admitted_excludes_them():
     assert r.attainment("a") == 0.7
     assert r.admitted_attainment("a") == pytest.approx(7 / 8)
     assert r.dropped("a") == 2
+
+
+def test_a_failed_rate_is_tried_again_before_the_search_gives_it_up():
+    calls = []
+
+    def flaky(rate: float) -> float:
+        calls.append(rate)
+        return 0.9 if calls.count(rate) == 1 else 1.0  # every rate fails its first trial only
+
+    assert search_goodput(flaky, hi=100.0, steps=3, retries=1) == 87.5
+    assert search_goodput(lambda r: 0.9, hi=100.0, steps=3, retries=0) == 0.0
