@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 DEMO_OUT ?= demo-out
 
-.PHONY: demo test test-fast install train-detector bench-ingest bench-engine clean
+.PHONY: demo test test-fast install system-deps proto serve soak train-detector train-scene-lm bench-ingest bench-engine bench-llm clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -19,16 +19,49 @@ demo: $(STAMP)
 	$(BIN)/vigil run sample_videos/street_a.mp4 --out $(DEMO_OUT)
 	@echo "demo outputs: $(DEMO_OUT)/summary.json $(DEMO_OUT)/events.jsonl $(DEMO_OUT)/annotated.mp4"
 
-test: $(STAMP)
+# What the tests start for real: GStreamer's RTSP server (run by the system python),
+# Chromium for the dashboard, OpenCV's sample footage. Installed with apt-get when
+# missing and we are root; otherwise the command to run is printed.
+SYSTEM_PACKAGES := python3-gi gir1.2-gst-rtsp-server-1.0 gstreamer1.0-plugins-base gstreamer1.0-plugins-good \
+	gstreamer1.0-plugins-bad chromium opencv-doc
+system-deps:
+	@if /usr/bin/python3 -c "import gi; gi.require_version('GstRtspServer', '1.0'); from gi.repository import GstRtspServer" 2>/dev/null \
+		&& test -x /usr/bin/chromium && test -f /usr/share/doc/opencv-doc/examples/data/vtest.avi \
+		&& gst-inspect-1.0 h264parse >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = 0 ]; then \
+		DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(SYSTEM_PACKAGES) gstreamer1.0-tools >/dev/null; \
+	else echo "install the test's system packages: sudo apt-get install $(SYSTEM_PACKAGES) gstreamer1.0-tools"; exit 1; fi
+
+test: $(STAMP) system-deps
 	$(BIN)/python -m pytest
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -m "not slow"
 
+# Regenerate the gRPC modules from vigil/proto/vigil.proto (grpcio-tools is pinned).
+proto: $(STAMP)
+	$(BIN)/python -m grpc_tools.protoc -I . --python_out=. --grpc_python_out=. vigil/proto/vigil.proto
+
+# The server with the default config (configs/vigil.yaml): http://127.0.0.1:8080/dashboard
+serve: $(STAMP)
+	$(BIN)/vigil serve
+
+# Two RTSP cameras and a file, three apps, five minutes; one camera killed for 10 s.
+soak: $(STAMP) system-deps
+	$(BIN)/python -m bench.soak --minutes 5 --json soak.json
+
 # Retrain the bundled detector versions (writes configs/models/scenedet/{1,2}).
 train-detector: $(STAMP)
 	$(BIN)/python -u -m engine.models.train_scenedet --version 1
 	$(BIN)/python -u -m engine.models.train_scenedet --version 2
+
+# Retrain scene-lm, the caption and answer model (writes configs/models/scene-lm/1).
+train-scene-lm: $(STAMP)
+	$(BIN)/python -u -m llm.train_scene_lm
+
+bench-llm: $(STAMP)
+	$(BIN)/vigil bench llm --json bench-llm.json
 
 bench-ingest: $(STAMP)
 	$(BIN)/vigil bench ingest --json bench-ingest.json
@@ -39,4 +72,4 @@ bench-engine: $(STAMP)
 	$(BIN)/vigil bench engine --json bench-engine.json
 
 clean:
-	rm -rf $(DEMO_OUT) vigil-out .pytest_cache
+	rm -rf $(DEMO_OUT) vigil-out vigil-data .pytest_cache

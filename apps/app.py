@@ -66,6 +66,29 @@ class App:
     def name(self) -> str:
         return self.spec.name
 
+    def reconfigure(self, spec: AppSpec) -> None:
+        """Apply a changed spec while running (SLO, fps, priority, lines, zones): tracks
+        go on; a line or zone whose geometry is unchanged keeps its counts, a new or moved
+        one starts from zero."""
+        if spec.name != self.spec.name or spec.detector != self.spec.detector or spec.classes != self.spec.classes:
+            raise ValueError("name, detector and classes cannot change while running; delete and add the app")
+        scale = np.array(self.frame_size, np.float64)
+        lines = {c.name: c for c in self.lines}
+        self.lines = []
+        for name, (a, b) in spec.lines.items():
+            a, b = np.array(a) * scale, np.array(b) * scale
+            old = lines.get(name)
+            keep = old is not None and np.allclose(old.a, a) and np.allclose(old.b, b)
+            self.lines.append(old if keep else LineCounter(name, a, b))
+        zones = {z.name: z for z in self.zones}
+        self.zones = []
+        for name, poly in spec.zones.items():
+            polygon = np.array(poly, np.float64) * scale
+            old = zones.get(name)
+            keep = old is not None and old.polygon.shape == polygon.shape and np.allclose(old.polygon, polygon)
+            self.zones.append(old if keep else ZoneMonitor(name, polygon))
+        self.spec = spec
+
     def observe(self, block: FrameBlock, detections: list[Detections]) -> tuple[list[Event], list[FrameResult]]:
         """Apply one block's detections: one `Detections` per frame of `block`, which
         holds the frames sampled for this app."""

@@ -144,6 +144,10 @@ class Engine:
         self.max_queue = max_queue
         self._cond = threading.Condition(self.manager.lock)
         self._queues: dict[str, list[_Entry]] = {}
+        # Held while a batch runs on the device. Another engine sharing the device (the
+        # LLM engine) takes it for one step at a time, and only while `pending()` is 0:
+        # vision never waits more than one LLM iteration.
+        self.device_turn = threading.Lock()
         self._pending: dict[tuple[str, Hashable], _Entry] = {}
         self._next_id = 0
         self._closing = False
@@ -425,11 +429,12 @@ class Engine:
         frag = batch[0].subscribers[0][0].servable.model.fragments[batch[0].subscribers[0][1]]
         started = time.perf_counter()
         try:
-            out = frag.run(frag.collate([e.input for e in batch]))
-            if self.device.startswith("cuda"):
-                import torch
+            with self.device_turn:  # an LLM step in progress finishes first, then vision runs
+                out = frag.run(frag.collate([e.input for e in batch]))
+                if self.device.startswith("cuda"):
+                    import torch
 
-                torch.cuda.synchronize()
+                    torch.cuda.synchronize()
             outputs = frag.split(out, len(batch))
         except Exception as exc:  # a failed batch fails its members, and only them
             log.exception("fragment %s failed on a batch of %d", info.label if info else session[:12], len(batch))
@@ -500,6 +505,10 @@ class Engine:
         req = state.request
         self.metrics.dropped(req.app, req.model, str(state.servable.version), reason)
         state.future.set_exception(Dropped(reason, detail))
+
+    def pending(self) -> int:
+        """Queued fragment inputs (0: the device is free for lower-priority engines)."""
+        return sum(len(q) for q in self._queues.values())
 
     # -- reports ------------------------------------------------------------------------------------
     def profiles(self) -> dict[str, dict]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 from collections import Counter, deque
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 from prometheus_client import CollectorRegistry, Counter as PromCounter, Gauge, Histogram
@@ -39,8 +40,19 @@ class AppModelStats:
                 "latency_ms": pct}
 
 
+class MetricsListener(Protocol):
+    """Sees every request outcome as it happens (the server's per-app time windows)."""
+
+    def arrived(self, app: str, n: int) -> None: ...
+
+    def completed(self, app: str, latency_ms: float, within_slo: bool) -> None: ...
+
+    def dropped(self, app: str, reason: str) -> None: ...
+
+
 class EngineMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.listeners: list[MetricsListener] = []
         self.registry = registry or CollectorRegistry()
         r = self.registry
         labels = ["app", "model", "version"]
@@ -77,15 +89,20 @@ class EngineMetrics:
     def arrived(self, app: str, model: str, version: str, n: int = 1) -> None:
         with self._lock:
             self._stats(app, model, version).arrived += n
+        for listener in self.listeners:
+            listener.arrived(app, n)
         self._arrived.labels(app, model, version).inc(n)
 
     def completed(self, app: str, model: str, version: str, latency_ms: float, slo_ms: float) -> None:
-        within = latency_ms <= slo_ms
+        latency_ms = float(latency_ms)  # callers may pass numpy scalars; JSON needs plain numbers
+        within = bool(latency_ms <= slo_ms)
         with self._lock:
             s = self._stats(app, model, version)
             s.completed += 1
             s.within_slo += within
             s.latencies_ms.append(latency_ms)
+        for listener in self.listeners:
+            listener.completed(app, latency_ms, within)
         self._completed.labels(app, model, version).inc()
         if within:
             self._within.labels(app, model, version).inc()
@@ -94,6 +111,8 @@ class EngineMetrics:
     def dropped(self, app: str, model: str, version: str, reason: str) -> None:
         with self._lock:
             self._stats(app, model, version).dropped[reason] += 1
+        for listener in self.listeners:
+            listener.dropped(app, reason)
         self._dropped.labels(app, model, version, reason).inc()
 
     def selection(self, app: str, model: str, version: int) -> None:

@@ -67,6 +67,16 @@ def _bench(args: argparse.Namespace) -> int:
             print(f"error: {exc}", file=sys.stderr)
             return 1
         print(format_report(result), file=sys.stderr)
+    elif args.target == "llm":
+        from bench.llm import LLMBenchOptions, format_llm_report, run_llm_bench
+
+        try:
+            result = run_llm_bench(LLMBenchOptions(quick=args.quick, repository=args.models_dir),
+                                   log=lambda m: print(m, file=sys.stderr, flush=True))
+        except (ValueError, FileNotFoundError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+        print(format_llm_report(result), file=sys.stderr)
     else:  # argparse restricts the choices
         raise AssertionError(args.target)
     text = json.dumps(result, indent=2)
@@ -91,6 +101,183 @@ def _eval(args: argparse.Namespace) -> int:
         args.json.write_text(text + "\n")
     print(text)
     return 0
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from vigil.serve import serve
+    from vigil.settings import SettingsError, load_settings
+
+    try:
+        settings = load_settings(args.config, {"host": args.host, "port": args.port, "grpc_port": args.grpc_port,
+                                               "data_dir": args.data_dir, "device": args.device})
+    except SettingsError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        serve(settings)
+    except OSError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _ask(args: argparse.Namespace) -> int:
+    """`vigil ask`: a question to a running server, or offline about a clip."""
+    import os
+
+    if args.source is None:
+        from vigil.client import ApiError, RestClient
+
+        client = RestClient(args.url, args.api_key or os.environ.get("VIGIL_API_KEY"))
+        try:
+            out = client.call("POST", "/v1/ask", {"question": args.question, "stream": args.stream})
+        except ApiError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+    else:
+        from vigil.ask import AskError, ask_offline
+
+        try:
+            out = ask_offline(args.question, args.source, args.out, models=args.models, device=args.device,
+                              log=lambda m: print(m, file=sys.stderr, flush=True))
+        except AskError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+    if args.json:
+        print(json.dumps(out, indent=2))
+    else:
+        print(out["answer"])
+        for c in out["citations"]:
+            ids = c.get("event_ids") or []
+            print(f"  [{c.get('stream')} {c['t_start_ms'] / 1000:.1f}-{(c['t_end_ms'] or 0) / 1000:.1f} s"
+                  f"{', events ' + ','.join(map(str, ids[:10])) if ids else ''}{' ...' if len(ids) > 10 else ''}]")
+    return 0
+
+
+def _remote(args: argparse.Namespace) -> int:
+    """`vigil streams|apps|models|events ...`: the REST API from the command line."""
+    import os
+
+    from vigil.client import ApiError, RestClient
+
+    client = RestClient(args.url, args.api_key or os.environ.get("VIGIL_API_KEY"))
+    try:
+        out = REMOTE[(args.command, args.action)](client, args)
+    except ApiError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except (OSError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if out is not None:
+        print(json.dumps(out, indent=2))
+    return 0
+
+
+def _app_body(ref: str) -> tuple[bytes, str]:
+    path = Path(ref)
+    if not path.exists():
+        spec = load_spec(ref)  # a built-in name
+        return json.dumps(spec.model_dump(mode="json")).encode(), "application/json"
+    kind = "application/json" if path.suffix == ".json" else "application/yaml"
+    return path.read_bytes(), kind
+
+
+def _app_add(c, a):
+    body, kind = _app_body(a.spec)
+    if a.source:
+        data = json.loads(body) if kind == "application/json" else __import__("yaml").safe_load(body)
+        data["source"] = a.source
+        if a.name:
+            data["name"] = a.name
+        body, kind = json.dumps(data).encode(), "application/json"
+    return c.call("POST", "/v1/apps", body, content_type=kind)
+
+
+REMOTE = {
+    ("streams", "list"): lambda c, a: c.call("GET", "/v1/streams"),
+    ("streams", "get"): lambda c, a: c.call("GET", f"/v1/streams/{a.name}"),
+    ("streams", "add"): lambda c, a: c.call("POST", "/v1/streams", {"name": a.name, "url": a.url,
+                                                                    "options": json.loads(a.options or "{}")}),
+    ("streams", "delete"): lambda c, a: c.call("DELETE", f"/v1/streams/{a.name}"),
+    ("apps", "list"): lambda c, a: c.call("GET", "/v1/apps"),
+    ("apps", "get"): lambda c, a: c.call("GET", f"/v1/apps/{a.name}"),
+    ("apps", "add"): _app_add,
+    ("apps", "patch"): lambda c, a: c.call("PATCH", f"/v1/apps/{a.name}", json.loads(a.changes)),
+    ("apps", "delete"): lambda c, a: c.call("DELETE", f"/v1/apps/{a.name}"),
+    ("apps", "metrics"): lambda c, a: c.call("GET", f"/v1/apps/{a.name}/metrics"),
+    ("models", "list"): lambda c, a: c.call("GET", "/v1/models"),
+    ("models", "get"): lambda c, a: c.call("GET", f"/v1/models/{a.name}"),
+    ("models", "load"): lambda c, a: c.call("POST", f"/v1/models/{a.name}/load", {}),
+    ("models", "unload"): lambda c, a: c.call("POST", f"/v1/models/{a.name}/unload",
+                                              params={"version": a.version}),
+    ("models", "reload"): lambda c, a: c.call("POST", f"/v1/models/{a.name}/reload"),
+    ("models", "label"): lambda c, a: c.call("PUT", f"/v1/models/{a.name}/labels/{a.label}", {"version": a.version}),
+    ("events", "list"): lambda c, a: c.call("GET", "/v1/events", params={"app": a.app, "stream": a.stream,
+                                                                         "type": a.type, "limit": a.limit}),
+}
+
+
+def _add_remote_parsers(sub) -> None:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--url", default="http://127.0.0.1:8080", help="server (default: http://127.0.0.1:8080)")
+    common.add_argument("--api-key", help="API key (default: $VIGIL_API_KEY)")
+
+    class Actions:
+        """Sub-commands that all take --url and --api-key."""
+
+        def __init__(self, parent) -> None:
+            self.parent = parent
+
+        def add_parser(self, *args, **kwargs):
+            return self.parent.add_parser(*args, parents=[common], **kwargs)
+
+    def remote(name: str, help: str):
+        p = sub.add_parser(name, help=help, description=f"{help} (talks to a running `vigil serve`).")
+        p.set_defaults(func=_remote)
+        return Actions(p.add_subparsers(dest="action", required=True, metavar="ACTION"))
+
+    s = remote("streams", "list, add and delete streams")
+    s.add_parser("list", help="all streams")
+    s.add_parser("get", help="one stream").add_argument("name")
+    add = s.add_parser("add", help="add a stream")
+    add.add_argument("name")
+    add.add_argument("url", help="rtsp://, http(s)://, /dev/videoN, synthetic://... or a file")
+    add.add_argument("--options", help='JSON, e.g. \'{"transport": "udp", "loop": true}\'')
+    s.add_parser("delete", help="delete a stream").add_argument("name")
+
+    a = remote("apps", "list, add, change and delete camera apps")
+    a.add_parser("list", help="all apps")
+    a.add_parser("get", help="one app").add_argument("name")
+    add = a.add_parser("add", help="add an app from a spec file or a built-in name")
+    add.add_argument("spec", help="YAML/JSON spec file or built-in app name")
+    add.add_argument("--source", help="stream the app watches (overrides the spec's source)")
+    add.add_argument("--name", help="app name (overrides the spec's name)")
+    patch = a.add_parser("patch", help="change live fields (slo_ms, fps, lines, zones, priority)")
+    patch.add_argument("name")
+    patch.add_argument("changes", help='JSON, e.g. \'{"slo_ms": 500}\'')
+    a.add_parser("delete", help="delete an app").add_argument("name")
+    a.add_parser("metrics", help="an app's SLO metrics").add_argument("name")
+
+    m = remote("models", "list, load, unload, reload and label models")
+    m.add_parser("list", help="all models")
+    m.add_parser("get", help="one model").add_argument("name")
+    m.add_parser("load", help="load a model's versions").add_argument("name")
+    un = m.add_parser("unload", help="unload a model (or one version)")
+    un.add_argument("name")
+    un.add_argument("--version", type=int)
+    m.add_parser("reload", help="reload from disk (new versions load beside the old)").add_argument("name")
+    lb = m.add_parser("label", help="point a label at a version")
+    lb.add_argument("name")
+    lb.add_argument("label")
+    lb.add_argument("version", type=int)
+
+    e = remote("events", "query stored events")
+    ls = e.add_parser("list", help="events, newest filters first")
+    ls.add_argument("--app")
+    ls.add_argument("--stream")
+    ls.add_argument("--type")
+    ls.add_argument("--limit", type=int, default=100)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -119,8 +306,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser("bench", help="side-by-side benchmarks, reported as ratios",
                            description="Benchmarks that time Vigil against baselines in one run.")
-    bench.add_argument("target", choices=["ingest", "engine"],
-                       help="ingest: vigil run vs a plain decode+detect loop; engine: scheduling policies and peers")
+    bench.add_argument("target", choices=["ingest", "engine", "llm"],
+                       help="ingest: vigil run vs a plain decode+detect loop; engine: scheduling policies and peers; "
+                            "llm: iteration-level vs static and request-level batching")
     bench.add_argument("--json", type=Path, metavar="FILE", help="also write the result here")
     bench.add_argument("--source", default="sample_videos/street_a.mp4", help="clip to use")
     bench.add_argument("--detector", default="scenedet", help="detector for both sides")
@@ -131,6 +319,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--scenario", action="append", metavar="NAME",
                        help="engine: run only these (single, shared_backbone, overload, swap)")
     bench.add_argument("--no-ray", action="store_true", help="engine: skip the Ray Serve peer")
+    bench.add_argument("--models-dir", type=Path, default=DEFAULT_REPOSITORY, metavar="DIR",
+                       help="llm: model repository holding scene-lm")
     bench.set_defaults(func=_bench)
     ev = sub.add_parser("eval", help="evaluate a detector on held-out synthetic clips",
                         description="mAP@0.5 and recall per class on clips rendered from seeds the training "
@@ -142,6 +332,33 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--models", type=Path, default=DEFAULT_REPOSITORY, metavar="DIR", help="model repository")
     ev.add_argument("--device", default="auto", help="auto | cpu | cuda (default: auto)")
     ev.set_defaults(func=_eval)
+
+    sv = sub.add_parser("serve", help="serve streams and apps with REST, gRPC and the dashboard",
+                        description="Run the engine, streams and apps with the REST API (/docs), gRPC, "
+                                    "Prometheus /metrics and the dashboard (/dashboard). Flags override the "
+                                    "config; VIGIL_API_KEYS (comma-separated) sets API keys.")
+    sv.add_argument("--config", type=Path, help="YAML config (default: configs/vigil.yaml)")
+    sv.add_argument("--host", help="address to bind (default from config: 127.0.0.1)")
+    sv.add_argument("--port", type=int, help="REST port (default from config: 8080)")
+    sv.add_argument("--grpc-port", type=int, help="gRPC port, 0 for none (default from config: 8081)")
+    sv.add_argument("--data-dir", type=Path, help="where the SQLite database lives (default: vigil-data)")
+    sv.add_argument("--device", help="auto | cpu | cuda (default from config: auto)")
+    sv.set_defaults(func=_serve)
+    _add_remote_parsers(sub)
+
+    ask = sub.add_parser("ask", help="ask what the cameras saw",
+                         description="Answer a question about a stream (from a running server) or a clip "
+                                     "(offline: the clip is run through the default apps first, once).")
+    ask.add_argument("question", help='e.g. "how many cars crossed midblock between 0:05 and 0:20?"')
+    ask.add_argument("--source", help="a clip to ask about offline (instead of a server)")
+    ask.add_argument("--out", type=Path, default=Path("vigil-out"), help="where offline runs are kept")
+    ask.add_argument("--stream", help="server: only this stream")
+    ask.add_argument("--url", default="http://127.0.0.1:8080", help="server (default: http://127.0.0.1:8080)")
+    ask.add_argument("--api-key", help="API key (default: $VIGIL_API_KEY)")
+    ask.add_argument("--models", type=Path, default=DEFAULT_REPOSITORY, metavar="DIR", help="model repository")
+    ask.add_argument("--device", default="auto", help="auto | cpu | cuda (default: auto)")
+    ask.add_argument("--json", action="store_true", help="print the whole answer object")
+    ask.set_defaults(func=_ask)
     return parser
 
 

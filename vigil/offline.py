@@ -16,25 +16,20 @@ from __future__ import annotations
 import json
 import time
 from collections import deque
-from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, TextIO
 
-import numpy as np
-
 from apps.annotate import draw_app
-from apps.app import App
-from apps.detectors import HOST_DETECTORS, Detector, build_host_detector
 from apps.events import Event
-from apps.skipping import StaticFrameFilter
 from apps.spec import AppSpec
 from engine.detections import Detections
 from engine.device import resolve_device
-from engine.engine import Dropped, Engine, Request
-from engine.repository import ModelRepository, RepositoryError
-from streams import FrameBlock, FrameSampler, SourceError, cut_blocks, open_source
+from engine.engine import Engine
+from engine.repository import ModelRepository
+from streams import FrameBlock, SourceError, cut_blocks, open_source
 from streams.source import monotonic_ms
+from vigil.pipeline import AppRunner, InFlight, RunError, build_runners, observe_block, submit_block
 from vigil.video import VideoWriter
 
 DEFAULT_REPOSITORY = Path(__file__).resolve().parents[1] / "configs" / "models"
@@ -57,68 +52,6 @@ class RunOptions:
             raise ValueError(f"max_frames must be >= 1; was {self.max_frames}")
         if self.block_frames < 1:
             raise ValueError(f"block_frames must be >= 1; was {self.block_frames}")
-
-
-class RunError(Exception):
-    """The run could not start (bad source, bad app, bad model); nothing was written."""
-
-
-@dataclass
-class AppRunner:
-    """One app with its sampler and, for host detectors, its detector."""
-
-    app: App
-    sampler: FrameSampler
-    host: Detector | None = None
-    skip: StaticFrameFilter | None = None
-    last: Detections = field(default_factory=Detections.empty)  # latest result, reused by skipped frames
-
-
-@dataclass
-class InFlight:
-    block: FrameBlock
-    picks: dict[str, FrameBlock]  # app -> its sampled frames
-    futures: dict[str, list[Future | None]] = field(default_factory=dict)  # None: skipped, reuse the last
-    host_results: dict[str, list[Detections]] = field(default_factory=dict)
-
-
-def _labels_of(spec: AppSpec, engine: Engine) -> tuple[str, ...]:
-    if spec.host_detector:
-        return HOST_DETECTORS[spec.detector].labels
-    with engine.manager.lock:
-        servable = engine.manager.resolve(spec.detector, spec.model_version)
-        return tuple(servable.model.spec.labels)
-
-
-def build_runners(specs: list[AppSpec], engine: Engine, stream_id: str, size: tuple[int, int],
-                  fps: float) -> list[AppRunner]:
-    models = sorted({s.detector for s in specs if not s.host_detector})
-    for name in models:
-        if name not in engine.manager.repository.model_names():
-            raise RunError(f"detector {name!r} is neither a host detector ({', '.join(HOST_DETECTORS)}) nor a "
-                           f"model in {engine.manager.repository.root}")
-        try:
-            engine.load(name)
-        except RepositoryError as exc:
-            raise RunError(str(exc)) from None
-    runners = []
-    for spec in specs:
-        try:
-            labels = _labels_of(spec, engine)
-        except LookupError as exc:
-            raise RunError(f"app {spec.name!r}: {exc}") from None
-        unknown = [c for c in spec.classes or [] if c not in labels]
-        if unknown:
-            raise RunError(f"app {spec.name!r}: classes {unknown} are not labels of {spec.detector!r} ({list(labels)})")
-        host = None
-        if spec.host_detector:
-            try:
-                host = build_host_detector(spec.detector, spec.detector_options)
-            except ValueError as exc:
-                raise RunError(f"app {spec.name!r}: {exc}") from None
-        skip = StaticFrameFilter(spec.skip_static) if spec.skip_static and not spec.host_detector else None
-        runners.append(AppRunner(App(spec, stream_id, size, fps, labels), FrameSampler(spec.fps), host, skip))
-    return runners
 
 
 def run_offline(source: str, specs: list[AppSpec], options: RunOptions,
@@ -155,7 +88,7 @@ def run_offline(source: str, specs: list[AppSpec], options: RunOptions,
     with open(out / "events.jsonl", "w") as events_file:
         def complete_oldest() -> None:
             done = pipeline.popleft()
-            per_frame = _observe(done, runners, engine, events_file)
+            per_frame = observe_block(done, runners, engine, lambda events: _write_events(events_file, events))
             if writer:
                 _annotate(done.block, runners, per_frame, last_seen, writer)
             progress.update(len(done.block))
@@ -163,7 +96,7 @@ def run_offline(source: str, specs: list[AppSpec], options: RunOptions,
         try:
             for block in cut_blocks(_limited(src.frames(), options.max_frames), options.block_frames):
                 frames_decoded += len(block)
-                pipeline.append(_submit(block, runners, engine, clock))
+                pipeline.append(submit_block(block, runners, engine, clock))
                 if len(pipeline) >= PIPELINE_DEPTH:
                     complete_oldest()
         except SourceError as exc:
@@ -203,70 +136,6 @@ def _app_summary(runner: AppRunner, engine: Engine) -> dict:
     return {"detector": app.spec.detector, "frames": app.num_frames, **app.counts(),
             "latency_ms": m["latency_ms"], "slo_ms": app.spec.slo_ms, "slo_attainment": m["slo_attainment"],
             "inferences": m["arrived"], "skipped": m["skipped"], "dropped": m["dropped"]}
-
-
-def _submit(block: FrameBlock, runners: list[AppRunner], engine: Engine, clock: Callable[[], float]) -> InFlight:
-    flight = InFlight(block, {r.app.name: block.select(r.sampler.mask(block)) for r in runners})
-    requests, owners = [], []
-    for r in runners:
-        sub = flight.picks[r.app.name]
-        spec = r.app.spec
-        if r.host is not None:
-            engine.metrics.arrived(spec.name, spec.detector, "host", len(sub))
-            if len(sub):
-                flight.host_results[spec.name] = r.host.detect(sub)
-            now = clock()
-            for capture in sub.capture_ms:
-                engine.metrics.completed(spec.name, spec.detector, "host", now - capture, spec.slo_ms)
-            continue
-        slots = flight.futures.setdefault(spec.name, [])
-        for i in range(len(sub)):
-            if r.skip is not None and r.skip.should_skip(sub.pixels[i], float(sub.pts_ms[i])):
-                engine.metrics.skipped(spec.name, spec.detector)
-                slots.append(None)
-                continue
-            version = "adaptive" if spec.select == "adaptive" else spec.model_version
-            requests.append(Request(spec.name, spec.detector, sub.pixels[i], float(sub.capture_ms[i]), spec.slo_ms,
-                                    version, spec.priority,
-                                    tuple(spec.classes) if spec.classes is not None else None,
-                                    (sub.stream_id, int(sub.frame_ids[i]))))
-            owners.append((spec.name, len(slots)))
-            slots.append(None)
-    for (name, slot), fut in zip(owners, engine.submit_many(requests)):
-        flight.futures[name][slot] = fut
-    return flight
-
-
-def _observe(flight: InFlight, runners: list[AppRunner], engine: Engine,
-             events_file: TextIO) -> dict[str, dict[int, Detections]]:
-    """Wait for a block's results and let each app track and count them."""
-    per_frame: dict[str, dict[int, Detections]] = {}
-    for r in runners:
-        name = r.app.name
-        sub = flight.picks[name]
-        if len(sub) == 0:
-            continue
-        if r.host is not None:
-            keep, dets = np.ones(len(sub), bool), flight.host_results[name]
-        else:
-            keep, dets = np.zeros(len(sub), bool), []
-            for i, fut in enumerate(flight.futures[name]):
-                try:
-                    if fut is not None:
-                        r.last = fut.result().detections
-                    dets.append(r.last)  # a skipped frame reuses the last result
-                    keep[i] = True
-                except Dropped:
-                    pass  # counted by the engine; the tracker coasts over the gap
-        events, results = r.app.observe(sub.select(keep), dets)
-        _write_events(events_file, events)
-    while engine.selection_events:  # adaptive selection switches, stamped with this block's time
-        e = engine.selection_events.popleft()
-        _write_events(events_file, [Event("model_selected", e["app"], flight.block.stream_id,
-                                          float(flight.block.pts_ms[0]), -1, "",
-                                          {k: e[k] for k in ("model", "from_version", "to_version", "rate_per_s")})])
-        per_frame[name] = {res.frame_id: res.tracked for res in results}
-    return per_frame
 
 
 def _annotate(block: FrameBlock, runners: list[AppRunner], per_frame: dict[str, dict[int, Detections]],

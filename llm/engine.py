@@ -1,0 +1,356 @@
+"""The LLM engine: schedule -> execute -> update, one iteration at a time.
+
+`schedule` (llm/scheduler.py) decides from counters and free blocks; `execute` builds
+one flattened batch of every scheduled request's tokens and runs the model over the
+paged KV cache; `update` samples a token for every request whose computed tokens
+reached its end, checks stop conditions, streams text, and frees the blocks of
+finished, aborted and preempted requests.
+
+Requests are added and aborted from any thread; `start()` runs the loop on its own
+thread. When a vision engine shares the device (`vision=`), a step starts only while
+vision has nothing queued, and holds the device turn for that one step.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterator
+
+import torch
+
+from llm.metrics import LLMMetrics
+from llm.model import Batch, LlamaModel, SeqBatch, new_kv_cache
+from llm.sampling import SamplingParams, sample
+from llm.scheduler import SchedulerConfig, SeqState, schedule
+from llm.tokenizer import Tokenizer
+
+log = logging.getLogger("vigil.llm")
+
+
+class BlockPool:
+    """Fixed-size KV blocks; a free list. Every block is either free or held by exactly
+    one request (a leak shows as `num_free < num_blocks` with nothing running)."""
+
+    def __init__(self, num_blocks: int) -> None:
+        self.num_blocks = num_blocks
+        self._free = list(range(num_blocks - 1, -1, -1))
+
+    @property
+    def num_free(self) -> int:
+        return len(self._free)
+
+    def allocate(self, n: int) -> list[int]:
+        if n > len(self._free):
+            raise RuntimeError(f"asked for {n} KV blocks with {len(self._free)} free")  # scheduler bug
+        return [self._free.pop() for _ in range(n)]
+
+    def free(self, blocks: list[int]) -> None:
+        self._free.extend(reversed(blocks))
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    num_blocks: int = 512
+    block_size: int = 16
+    max_num_seqs: int = 32
+    max_step_tokens: int = 256
+    request_level: bool = False  # ablation: a batch runs until its longest member ends
+
+    def scheduler(self) -> SchedulerConfig:
+        return SchedulerConfig(self.block_size, self.max_num_seqs, self.max_step_tokens, self.request_level)
+
+
+@dataclass
+class Output:
+    """One streamed piece: new text and token ids; `finish_reason` on the last."""
+
+    text: str
+    token_ids: list[int]
+    finish_reason: str | None = None
+
+
+@dataclass
+class LLMRequest:
+    request_id: str
+    prompt_ids: list[int]
+    params: SamplingParams
+    priority: int
+    arrival: float
+    output_ids: list[int] = field(default_factory=list)
+    num_computed_tokens: int = 0
+    blocks: list[int] = field(default_factory=list)
+    generator: torch.Generator | None = None
+    text: str = ""  # detokenized output so far (stop strings cut here)
+    sent: int = 0  # characters of `text` already streamed
+    finish_reason: str | None = None
+    first_token_s: float | None = None
+    last_token_s: float | None = None
+    num_preemptions: int = 0
+    outputs: "queue.Queue[Output]" = field(default_factory=queue.Queue)
+
+    @property
+    def all_ids(self) -> list[int]:
+        return self.prompt_ids + self.output_ids
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.prompt_ids) + len(self.output_ids)
+
+    def state(self) -> SeqState:
+        return SeqState(self.request_id, self.num_tokens, self.num_computed_tokens, len(self.blocks), self.priority,
+                        self.arrival)
+
+
+class RequestHandle:
+    """What `add_request` returns: iterate for streamed outputs, or `result()`."""
+
+    def __init__(self, engine: "LLMEngine", request: LLMRequest) -> None:
+        self.engine = engine
+        self.request = request
+
+    @property
+    def request_id(self) -> str:
+        return self.request.request_id
+
+    def stream(self, timeout_s: float | None = None) -> Iterator[Output]:
+        while True:
+            out = self.request.outputs.get(timeout=timeout_s)
+            yield out
+            if out.finish_reason is not None:
+                return
+
+    def result(self, timeout_s: float | None = None) -> Output:
+        text, ids, reason = [], [], None
+        for out in self.stream(timeout_s):
+            text.append(out.text)
+            ids += out.token_ids
+            reason = out.finish_reason
+        return Output("".join(text), ids, reason)
+
+    def cancel(self) -> None:
+        self.engine.abort(self.request_id)
+
+
+class LLMEngine:
+    def __init__(self, model: LlamaModel, tokenizer: Tokenizer, config: EngineConfig | None = None,
+                 name: str = "llm", clock: Callable[[], float] = time.monotonic, vision=None,
+                 metrics: LLMMetrics | None = None) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.config = config or EngineConfig()
+        self.name = name
+        self.clock = clock
+        self.vision = vision
+        self.metrics = metrics or LLMMetrics()
+        device = model.embed_tokens.weight.device
+        self.kv = new_kv_cache(model.cfg, self.config.num_blocks, self.config.block_size, str(device))
+        self.pool = BlockPool(self.config.num_blocks)
+        self.waiting: dict[str, LLMRequest] = {}
+        self.running: dict[str, LLMRequest] = {}
+        self._aborted: set[str] = set()
+        self._ids = itertools.count()
+        self._cond = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._closing = False
+        self.num_steps = 0
+        max_context = self.config.num_blocks * self.config.block_size
+        self.max_model_len = min(model.cfg.max_position_embeddings, max_context)
+
+    # -- requests -----------------------------------------------------------------------------------
+    def add_request(self, prompt: str | list[int], params: SamplingParams | None = None, priority: int = 0,
+                    request_id: str | None = None) -> RequestHandle:
+        params = params or SamplingParams()
+        ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
+        if not ids:
+            raise ValueError("prompt: empty; give at least one token")
+        if len(ids) + params.max_tokens > self.max_model_len:
+            raise ValueError(f"prompt ({len(ids)} tokens) + max_tokens ({params.max_tokens}) exceeds the model's "
+                             f"context of {self.max_model_len} tokens")
+        bad = [t for t in ids if not 0 <= t < self.model.cfg.vocab_size]
+        if bad:
+            raise ValueError(f"prompt: token ids {bad[:5]} are outside the vocabulary (0..{self.model.cfg.vocab_size - 1})")
+        rid = request_id or f"{self.name}-{next(self._ids)}"
+        req = LLMRequest(rid, ids, params, priority, self.clock())
+        if params.seed is not None:
+            req.generator = torch.Generator(device=self.kv.device).manual_seed(params.seed)
+        with self._cond:
+            self.waiting[rid] = req
+            self.metrics.prompt_tokens.inc(len(ids))
+            self._cond.notify_all()
+        return RequestHandle(self, req)
+
+    def abort(self, request_id: str) -> None:
+        with self._cond:
+            self._aborted.add(request_id)
+            self._cond.notify_all()
+
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    # -- the loop -----------------------------------------------------------------------------------
+    def start(self) -> "LLMEngine":
+        self._thread = threading.Thread(target=self._loop, name=f"llm-{self.name}", daemon=True)
+        self._thread.start()
+        return self
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        with self._cond:
+            self._closing = True
+            for rid in list(self.waiting) + list(self.running):
+                self._aborted.add(rid)
+            self._cond.notify_all()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+        else:
+            self._reap_aborted()
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                while not (self.waiting or self.running or self._aborted or self._closing):
+                    self._cond.wait()
+                if self._closing and not (self.waiting or self.running):
+                    self._reap_aborted()
+                    return
+            try:
+                self._step_when_device_free()
+            except Exception:
+                log.exception("LLM step failed; failing the running requests")
+                with self._cond:
+                    for req in list(self.running.values()) + list(self.waiting.values()):
+                        self._finish(req, "error")
+
+    def _step_when_device_free(self) -> None:
+        if self.vision is None:
+            self.step()
+            return
+        while self.vision.pending() > 0 and not self._closing:  # vision first
+            time.sleep(0.001)
+        with self.vision.device_turn:
+            self.step()
+
+    def step(self) -> list[LLMRequest]:
+        """One iteration; returns the requests that finished in it."""
+        with self._cond:
+            self._reap_aborted()
+            plan = schedule([r.state() for r in self.running.values()], [r.state() for r in self.waiting.values()],
+                            self.pool.num_free, self.config.scheduler())
+            for rid in plan.preempted:
+                self._preempt(self.running.pop(rid))
+            for rid in plan.admitted:
+                self.running[rid] = self.waiting.pop(rid)
+            for rid, n in plan.new_blocks.items():
+                req = self.running[rid]
+                req.blocks += self.pool.allocate(n)
+            scheduled = [(self.running[rid], n) for rid, n in plan.scheduled.items()]
+            self._report()
+        if not scheduled:
+            return []
+        logits = self._execute(scheduled)
+        with self._cond:
+            finished = self._update(scheduled, logits)
+            self.num_steps += 1
+            self._report()
+        return finished
+
+    def _execute(self, scheduled: list[tuple[LLMRequest, int]]) -> torch.Tensor:
+        bs = self.config.block_size
+        tokens, positions, slots, seqs = [], [], [], []
+        for req, n in scheduled:
+            start = req.num_computed_tokens
+            ids = req.all_ids[start:start + n]
+            seqs.append(SeqBatch(len(tokens), n, start + n, list(req.blocks)))
+            tokens += ids
+            for p in range(start, start + n):
+                positions.append(p)
+                slots.append(req.blocks[p // bs] * bs + p % bs)
+        device = self.kv.device
+        batch = Batch(torch.tensor(tokens, device=device), torch.tensor(positions, device=device), seqs,
+                      torch.tensor(slots, device=device), bs)
+        return self.model(batch, self.kv)
+
+    def _update(self, scheduled: list[tuple[LLMRequest, int]], logits: torch.Tensor) -> list[LLMRequest]:
+        finished = []
+        now = self.clock()
+        for (req, n), row in zip(scheduled, logits):
+            req.num_computed_tokens += n
+            if req.request_id in self._aborted or req.num_computed_tokens < req.num_tokens:
+                continue  # a prefill chunk: no token yet
+            token = sample(row, req.params, req.generator)
+            req.output_ids.append(token)
+            self.metrics.generation_tokens.inc()
+            if req.first_token_s is None:
+                req.first_token_s = now
+                self.metrics.ttft.observe(now - req.arrival)
+            else:
+                self.metrics.itl.observe(now - req.last_token_s)
+            req.last_token_s = now
+            reason = self._check_stop(req, token)
+            if reason is not None:
+                self._finish(req, reason)
+                finished.append(req)
+            else:
+                self._stream(req)
+        return finished
+
+    def _check_stop(self, req: LLMRequest, token: int) -> str | None:
+        p = req.params
+        req.text = self.tokenizer.decode(req.output_ids)
+        if not p.ignore_eos and token in self.tokenizer.eos_ids:
+            req.output_ids.pop()  # the end marker is not part of the answer
+            req.text = self.tokenizer.decode(req.output_ids)
+            return "stop"
+        for s in p.stop:
+            cut = req.text.find(s, max(0, req.sent - len(s)))
+            if cut >= 0:
+                req.text = req.text[:cut]
+                return "stop"
+        if len(req.output_ids) >= p.max_tokens:
+            return "length"
+        return None
+
+    def _stream(self, req: LLMRequest, final: str | None = None) -> None:
+        # hold back text that could be the start of a stop string
+        hold = 0 if final else max((len(s) - 1 for s in req.params.stop), default=0)
+        upto = max(req.sent, len(req.text) - hold)
+        if final is None and upto <= req.sent:
+            return
+        piece = req.text[req.sent:upto]
+        req.sent = upto
+        req.outputs.put(Output(piece, [], final))
+
+    def _finish(self, req: LLMRequest, reason: str) -> None:
+        req.finish_reason = reason
+        self.running.pop(req.request_id, None)
+        self.waiting.pop(req.request_id, None)
+        self.pool.free(req.blocks)
+        req.blocks = []
+        self._stream(req, final=reason)
+        self.metrics.finished(reason, self.clock() - req.arrival, len(req.prompt_ids), len(req.output_ids))
+
+    def _preempt(self, req: LLMRequest) -> None:
+        """Recompute later: give back the blocks, forget the computed tokens (the
+        generated ones stay and are part of the prompt when it runs again)."""
+        self.pool.free(req.blocks)
+        req.blocks = []
+        req.num_computed_tokens = 0
+        req.num_preemptions += 1
+        self.metrics.preemptions.inc()
+        self.waiting[req.request_id] = req
+
+    def _reap_aborted(self) -> None:
+        for rid in list(self._aborted):
+            req = self.running.get(rid) or self.waiting.get(rid)
+            if req is not None:
+                self._finish(req, "abort")
+        self._aborted.clear()
+
+    def _report(self) -> None:
+        self.metrics.running.set(len(self.running))
+        self.metrics.waiting.set(len(self.waiting))
+        self.metrics.kv_usage.set(1.0 - self.pool.num_free / self.pool.num_blocks)

@@ -1,0 +1,30 @@
+"""LLM engine metrics in vLLM's style, as Prometheus series `vigil_llm_*`."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+TIME_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+
+
+class LLMMetrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        r = self.registry = registry or CollectorRegistry()
+        self.running = Gauge("vigil_llm_num_requests_running", "Requests in the running batch", registry=r)
+        self.waiting = Gauge("vigil_llm_num_requests_waiting", "Requests waiting to run", registry=r)
+        self.kv_usage = Gauge("vigil_llm_kv_cache_usage_ratio", "Share of KV blocks in use", registry=r)
+        self.ttft = Histogram("vigil_llm_time_to_first_token_seconds", "Arrival to first token", registry=r,
+                              buckets=TIME_BUCKETS_S)
+        self.itl = Histogram("vigil_llm_inter_token_latency_seconds", "Time between tokens", registry=r,
+                             buckets=TIME_BUCKETS_S)
+        self.e2e = Histogram("vigil_llm_e2e_request_latency_seconds", "Arrival to last token", registry=r,
+                             buckets=TIME_BUCKETS_S)
+        self.preemptions = Counter("vigil_llm_num_preemptions", "Requests preempted (recomputed later)", registry=r)
+        self.prompt_tokens = Counter("vigil_llm_prompt_tokens", "Prompt tokens received", registry=r)
+        self.generation_tokens = Counter("vigil_llm_generation_tokens", "Tokens generated", registry=r)
+        self.requests = Counter("vigil_llm_request_success", "Finished requests by reason", ["finished_reason"],
+                                registry=r)
+
+    def finished(self, reason: str, e2e_s: float, num_prompt: int, num_generated: int) -> None:
+        self.requests.labels(reason).inc()
+        self.e2e.observe(e2e_s)

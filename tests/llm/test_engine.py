@@ -1,0 +1,118 @@
+"""The LLM engine on a tiny random Llama: streaming, stop strings, sampling with seeds,
+cancellation, and no KV leak after 10,000 requests."""
+
+from __future__ import annotations
+
+import random
+import threading
+
+import pytest
+
+from llm.engine import EngineConfig, LLMEngine
+from llm.model import LlamaModel
+from llm.sampling import SamplingParams
+from llm.tokenizer import Tokenizer
+from tiny import make_tiny_llama
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return make_tiny_llama(tmp_path_factory.mktemp("tiny"))
+
+
+def engine(tiny, **kw) -> LLMEngine:
+    return LLMEngine(LlamaModel.from_pretrained(tiny), Tokenizer(tiny, eos_ids=(96,)),
+                     EngineConfig(**{"num_blocks": 64, "block_size": 4, **kw}))
+
+
+def test_streamed_pieces_add_up_to_the_result(tiny):
+    e = engine(tiny).start()
+    h = e.add_request("t5 t6 t7", SamplingParams(max_tokens=12, ignore_eos=True))
+    pieces = list(h.stream(timeout_s=30))
+    assert pieces[-1].finish_reason == "length"
+    text = "".join(p.text for p in pieces)
+    assert text == e.tokenizer.decode(h.request.output_ids) and len(h.request.output_ids) == 12
+    e.close()
+
+
+def test_stop_string_cuts_the_text(tiny):
+    e = engine(tiny).start()
+    full = e.add_request("t5 t6 t7", SamplingParams(max_tokens=12, ignore_eos=True)).result(30).text
+    words = full.split()
+    stop = words[3]
+    cut = e.add_request("t5 t6 t7", SamplingParams(max_tokens=12, ignore_eos=True, stop=(stop,))).result(30)
+    assert cut.finish_reason == "stop" and cut.text == full[:full.index(stop)]
+    e.close()
+
+
+def test_seeded_sampling_is_reproducible_and_differs_from_greedy(tiny):
+    e = engine(tiny).start()
+    p = SamplingParams(max_tokens=16, temperature=1.5, top_p=0.9, seed=11, ignore_eos=True)
+    a = e.add_request("t1 t2", p).result(30).text
+    b = e.add_request("t1 t2", p).result(30).text
+    greedy = e.add_request("t1 t2", SamplingParams(max_tokens=16, ignore_eos=True)).result(30).text
+    assert a == b and a != greedy
+    e.close()
+
+
+def test_cancel_frees_blocks_and_ends_the_stream(tiny):
+    e = engine(tiny)
+    h = e.add_request("t3 t4", SamplingParams(max_tokens=200, ignore_eos=True))
+    for _ in range(5):
+        e.step()
+    assert e.pool.num_free < e.pool.num_blocks
+    h.cancel()
+    e.step()
+    assert h.result(5).finish_reason == "abort"
+    assert e.pool.num_free == e.pool.num_blocks
+
+
+def test_bad_requests_are_refused_with_the_field(tiny):
+    e = engine(tiny)
+    with pytest.raises(ValueError, match="context"):
+        e.add_request("t1", SamplingParams(max_tokens=10_000))
+    with pytest.raises(ValueError, match="prompt"):
+        e.add_request([])
+    with pytest.raises(ValueError, match="max_tokens"):
+        SamplingParams(max_tokens=0)
+
+
+def test_no_kv_leak_after_ten_thousand_requests(tiny):
+    e = engine(tiny, num_blocks=48, max_num_seqs=64, max_step_tokens=512)  # small pool: preemptions too
+    rng = random.Random(0)
+    handles = []
+    for i in range(10_000):
+        prompt = [rng.randint(0, 95) for _ in range(rng.randint(1, 6))]
+        handles.append(e.add_request(prompt, SamplingParams(max_tokens=rng.randint(1, 4), ignore_eos=rng.random() < .5,
+                                                            stop=("t7",) if i % 7 == 0 else ())))
+        if i % 13 == 0:
+            handles[-1].cancel()
+        if i % 50 == 49:
+            while e.has_work():
+                e.step()
+    while e.has_work():
+        e.step()
+    reasons = {h.result(5).finish_reason for h in handles}
+    assert reasons <= {"length", "stop", "abort"} and "abort" in reasons
+    assert e.pool.num_free == e.pool.num_blocks
+    assert not e.running and not e.waiting
+
+
+def test_vision_first_llm_waits_while_vision_has_work(tiny):
+    class Vision:
+        def __init__(self):
+            self.device_turn = threading.Lock()
+            self.queued = 1
+
+        def pending(self):
+            return self.queued
+
+    vision = Vision()
+    e = LLMEngine(LlamaModel.from_pretrained(tiny), Tokenizer(tiny), EngineConfig(num_blocks=16, block_size=4),
+                  vision=vision).start()
+    h = e.add_request("t1", SamplingParams(max_tokens=3, ignore_eos=True))
+    threading.Event().wait(0.3)
+    assert e.num_steps == 0  # vision has work queued: the LLM does not start a step
+    vision.queued = 0
+    assert h.result(10).finish_reason == "length"
+    e.close()

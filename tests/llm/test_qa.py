@@ -1,0 +1,91 @@
+"""Question parsing and exact aggregates over events (no model)."""
+
+from __future__ import annotations
+
+import pytest
+
+from llm.captions import FactsCollector
+from llm.facts import Aggregate, SceneFacts, answer_text, caption_counts, caption_text
+from llm.qa import aggregate, answer, parse_question
+
+LINES, ZONES = ["crosswalk", "midblock"], ["crosswalk", "north_sidewalk"]
+
+
+def ev(i, type, t_s, cls="car", track=None, **data):
+    return {"id": i, "type": type, "app": "a", "stream": "s", "t_ms": t_s * 1000.0,
+            "track_id": track if track is not None else i, "class": cls, **data}
+
+
+EVENTS = [
+    ev(1, "track_start", 1, "bike", track=7), ev(2, "line_cross", 3, line="midblock", direction="in"),
+    ev(3, "line_cross", 6, line="midblock", direction="out"), ev(4, "line_cross", 12, line="midblock", direction="in"),
+    ev(5, "line_cross", 8, "person", line="crosswalk", direction="in"), ev(6, "track_end", 15, "bike", track=7),
+    ev(7, "track_start", 9, "bike", track=8), ev(8, "track_end", 18, "bike", track=8),
+    ev(9, "zone_enter", 4, "person", track=3, zone="crosswalk"), ev(10, "zone_exit", 9, "person", track=3, zone="crosswalk"),
+]
+
+
+@pytest.mark.parametrize("text,kind,cls,line,zone,direction,t_from,t_to", [
+    ("how many cars crossed midblock between 0:05 and 0:20?", "count", "car", "midblock", None, None, 5000, 20000),
+    ("How many pedestrians crossed the crosswalk outbound after 0:10", "count", "person", "crosswalk", None, "out",
+     10000, float("inf")),
+    ("count the cars crossing midblock in between 0:01 and 0:04.", "count", "car", "midblock", None, "in", 1000, 4000),
+    ("when did the first cyclist appear?", "first", "bike", None, None, None, None, None),
+    ("when was the last bike seen before 0:16?", "last", "bike", None, None, None, 0, 16000),
+    ("was there a person in the crosswalk between 0:02 and 0:05?", "zone", "person", None, "crosswalk", None, 2000, 5000),
+    ("were any people in north sidewalk?", "zone", "person", None, "north_sidewalk", None, None, None),
+])
+def test_questions_parse(text, kind, cls, line, zone, direction, t_from, t_to):
+    q = parse_question(text, LINES, ZONES)
+    assert (q.kind, q.cls, q.line, q.zone, q.direction, q.t_from_ms, q.t_to_ms) == \
+        (kind, cls, line, zone, direction, t_from, t_to)
+
+
+@pytest.mark.parametrize("text", ["what is the weather?", "how many cars?"])
+def test_unanswerable_questions_say_what_can_be_asked(text):
+    with pytest.raises(ValueError, match="name a class|ask how many"):
+        parse_question(text, LINES, ZONES)
+
+
+def test_aggregates_are_exact():
+    count = lambda t: aggregate(parse_question(t, LINES, ZONES), EVENTS)[0].n  # noqa: E731
+    assert count("how many cars crossed midblock between 0:02 and 0:10?") == 2
+    assert count("how many cars crossed midblock in?") == 2
+    assert count("how many cars crossed midblock out between 0:00 and 0:30?") == 1
+    first, used = aggregate(parse_question("when did the first bike appear?", LINES, ZONES), EVENTS)
+    assert first.t_ms == 1000.0 and used[0]["id"] == 1
+    last, _ = aggregate(parse_question("when was the last bike seen?", LINES, ZONES), EVENTS)
+    assert last.t_ms == 18000.0
+    assert count("was there a person in the crosswalk between 0:05 and 0:06?") == 1  # entered at 4, left at 9
+    assert count("was there a person in the crosswalk between 0:10 and 0:12?") == 0
+
+
+def test_answer_cites_the_counted_events_and_the_window():
+    out = answer("how many cars crossed midblock between 0:02 and 0:10?", EVENTS, [], lambda p: "2 cars crossed.",
+                 LINES, ZONES)
+    assert out["answer"] == "2 cars crossed."
+    assert out["citations"] == [{"stream": "s", "t_start_ms": 2000.0, "t_end_ms": 10000.0, "event_ids": [2, 3]}]
+    assert "= 2" in out["aggregate"]
+
+
+def test_templates_round_trip_counts():
+    f = SceneFacts("s", 0, 4000, objects={"person": 3, "car": 1, "bike": 0},
+                   crossings={"midblock": {"car": {"in": 1, "out": 0}}}, entered={"person": 2})
+    text = caption_text(f)
+    assert text.startswith("3 people and 1 car in view.")
+    assert caption_counts(text) == {"person": 3, "car": 1}
+    assert caption_counts(caption_text(SceneFacts("s", 0, 1))) == {}
+    assert answer_text(Aggregate("count", "bike", 5000, 20000, line="midblock", n=1)) == \
+        "1 bike crossed midblock between 0:05 and 0:20."
+
+
+def test_facts_collector_windows_events_and_view():
+    c = FactsCollector("s", every_ms=2000)
+    assert c.observe(0, [ev(1, "track_start", 0, "person")], {"people": {"person": 2}}) is None
+    assert c.observe(1500, [ev(2, "line_cross", 1.5, line="midblock", direction="in")], {"cars": {"car": 1}}) is None
+    done = c.observe(2100, [], {"people": {"person": 1}})
+    assert (done.t_start_ms, done.t_end_ms) == (0, 2000)
+    assert done.objects == {"person": 2, "car": 1}
+    assert done.crossings == {"midblock": {"car": {"in": 1, "out": 0}}} and done.entered == {"person": 1}
+    done = c.observe(4000, [], {})
+    assert done.t_start_ms == 2000 and done.objects["person"] == 1

@@ -1,0 +1,75 @@
+"""The LLM scheduler as a pure function: counters and free blocks in, a plan out."""
+
+from __future__ import annotations
+
+import pytest
+
+from llm.scheduler import SchedulerConfig, SeqState, schedule
+
+
+def seq(rid, num_tokens, computed=0, blocks=None, priority=0, arrival=0.0, block_size=4):
+    held = -(-computed // block_size) if blocks is None else blocks
+    return SeqState(rid, num_tokens, computed, held, priority, arrival)
+
+
+CFG = SchedulerConfig(block_size=4, max_num_seqs=8, max_step_tokens=16)
+
+
+def test_decodes_and_new_prefills_share_a_step():
+    running = [seq("a", 10, 9), seq("b", 6, 5)]
+    waiting = [seq("c", 7, arrival=1.0)]
+    plan = schedule(running, waiting, num_free_blocks=10, cfg=CFG)
+    assert plan.scheduled == {"a": 1, "b": 1, "c": 7}
+    assert plan.admitted == ["c"] and plan.new_blocks == {"c": 2}
+
+
+def test_a_long_prompt_is_prefilled_in_chunks_under_the_budget():
+    plan = schedule([seq("d", 3, 2)], [seq("p", 40)], num_free_blocks=20, cfg=CFG)
+    assert plan.scheduled == {"d": 1, "p": 15}  # 16-token budget: one decode + a 15-token chunk
+    plan = schedule([seq("d", 3, 2), seq("p", 40, 15)], [], num_free_blocks=20, cfg=CFG)
+    assert plan.scheduled == {"d": 1, "p": 15}
+
+
+def test_priority_then_arrival_orders_admission():
+    waiting = [seq("late", 4, arrival=2.0), seq("early", 4, arrival=1.0), seq("urgent", 4, priority=5, arrival=3.0)]
+    plan = schedule([], waiting, num_free_blocks=2, cfg=CFG)
+    assert plan.admitted == ["urgent", "early"]  # memory for two; the late one waits
+
+
+def test_waiting_requests_do_not_overtake_one_blocked_on_memory():
+    waiting = [seq("big", 16, arrival=1.0), seq("small", 2, arrival=2.0)]
+    plan = schedule([], waiting, num_free_blocks=2, cfg=CFG)
+    assert plan.admitted == []
+
+
+def test_out_of_blocks_preempts_lowest_priority_latest_arrival():
+    running = [seq("old", 9, 8, priority=1, arrival=0.0), seq("new", 9, 8, arrival=2.0), seq("mid", 9, 8, arrival=1.0)]
+    plan = schedule(running, [], num_free_blocks=0, cfg=CFG)  # each needs a third block
+    assert plan.preempted == ["new"]  # its two blocks feed "old" and "mid"
+    assert plan.scheduled == {"old": 1, "mid": 1}
+
+
+def test_a_request_that_cannot_fit_preempts_itself():
+    plan = schedule([seq("only", 9, 8)], [], num_free_blocks=0, cfg=CFG)
+    assert plan.preempted == ["only"] and plan.scheduled == {}
+
+
+def test_request_level_admits_nothing_while_a_batch_runs():
+    cfg = SchedulerConfig(block_size=4, max_num_seqs=8, max_step_tokens=16, request_level=True)
+    plan = schedule([seq("a", 10, 9)], [seq("b", 3)], num_free_blocks=10, cfg=cfg)
+    assert plan.scheduled == {"a": 1} and plan.admitted == []
+    plan = schedule([], [seq("b", 30), seq("c", 3, arrival=1.0)], num_free_blocks=20, cfg=cfg)
+    assert plan.admitted == ["b", "c"]  # the whole batch at once
+    assert plan.scheduled == {"b": 16}  # c's prefill waits for the next step's budget
+
+
+def test_max_num_seqs_caps_the_batch():
+    cfg = SchedulerConfig(block_size=4, max_num_seqs=2, max_step_tokens=64)
+    plan = schedule([seq("a", 5, 4)], [seq("b", 2), seq("c", 2)], num_free_blocks=10, cfg=cfg)
+    assert plan.admitted == ["b"]
+
+
+@pytest.mark.parametrize("field", ["block_size", "max_num_seqs", "max_step_tokens"])
+def test_config_validates(field):
+    with pytest.raises(ValueError, match=field):
+        SchedulerConfig(**{field: 0})

@@ -1,0 +1,109 @@
+"""Real processes for tests: GStreamer's RTSP server and `vigil serve`, on free
+loopback ports, stopped (SIGTERM, then SIGKILL) when done."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[2]
+SYSTEM_PYTHON = "/usr/bin/python3"  # Debian's, with python3-gi and gst-rtsp-server
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(predicate, timeout_s: float, what: str, poll_s: float = 0.2):
+    deadline = time.monotonic() + timeout_s
+    last = None
+    while time.monotonic() < deadline:
+        try:
+            last = predicate()
+            if last:
+                return last
+        except Exception as exc:  # the thing is not up yet
+            last = exc
+        time.sleep(poll_s)
+    raise TimeoutError(f"{what} not true within {timeout_s} s (last: {last!r})")
+
+
+class RtspServer:
+    def __init__(self, clip: Path, port: int | None = None, mount: str = "cam") -> None:
+        self.clip, self.port, self.mount = clip, port or free_port(), mount
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"rtsp://127.0.0.1:{self.port}/{self.mount}"
+
+    def start(self) -> "RtspServer":
+        self.proc = subprocess.Popen([SYSTEM_PYTHON, str(ROOT / "tests/support/rtsp_server.py"), str(self.clip),
+                                      str(self.port), self.mount], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     text=True)
+        line = self.proc.stdout.readline()
+        if not line.startswith("READY"):
+            self.stop()
+            raise RuntimeError(f"RTSP server did not start: {line!r}")
+        return self
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(5)
+
+
+class VigilServer:
+    """`vigil serve` as a user starts it, in its own process."""
+
+    def __init__(self, data_dir: Path, api_keys: str | None = None, extra: list[str] | None = None) -> None:
+        self.data_dir = data_dir
+        self.port, self.grpc_port = free_port(), free_port()
+        self.api_keys = api_keys
+        self.extra = extra or []
+        self.proc: subprocess.Popen | None = None
+        self.log = data_dir.parent / f"{data_dir.name}-serve.log"
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, timeout_s: float = 90.0) -> "VigilServer":
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        env.pop("VIGIL_API_KEYS", None)
+        if self.api_keys is not None:
+            env["VIGIL_API_KEYS"] = self.api_keys
+        self._log = open(self.log, "a")
+        self.proc = subprocess.Popen([sys.executable, "-m", "vigil.cli", "serve", "--port", str(self.port),
+                                      "--grpc-port", str(self.grpc_port), "--data-dir", str(self.data_dir),
+                                      "--device", "cpu", *self.extra],
+                                     cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT)
+        wait_for(lambda: self.proc.poll() is None and httpx.get(f"{self.url}/healthz").status_code == 200,
+                 timeout_s, f"vigil serve on {self.url} (log {self.log})")
+        return self
+
+    def stop(self, timeout_s: float = 60.0) -> bool:
+        """SIGTERM, as a service manager stops it; True when it shut down gracefully."""
+        if self.proc is None:
+            return True
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        self._log.close()
+        return "stopped; events and metrics flushed" in self.logs()
+
+    def logs(self) -> str:
+        return self.log.read_text()

@@ -1,0 +1,58 @@
+"""The dashboard in a real browser: headless Chromium (Debian's), driven by Playwright."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from playwright.sync_api import sync_playwright
+
+CHROMIUM = "/usr/bin/chromium"
+# Chromium's own background traffic is refused by an offline machine; keep it quiet.
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync"]
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+        yield b
+        b.close()
+
+
+def test_cards_show_live_numbers_that_change(server, browser):
+    page = browser.new_page()
+    page.goto(f"{server.url}/dashboard")
+    card = page.locator('.card[data-app="people"]')
+    card.wait_for(timeout=30_000)
+    assert "SLO 1500 ms" in card.inner_text()
+    att = card.locator(".att-1m")
+    page.wait_for_function("() => /%$/.test(document.querySelector('.card[data-app=people] .att-1m').textContent)",
+                           timeout=30_000)
+    assert re.fullmatch(r"\d+(\.\d)?%", att.inner_text())
+    assert re.search(r"\d+ ms / \d+ ms \(1500 ms\)", card.locator(".latency").inner_text())
+    decoded = page.locator("#streams td.decoded").first
+    first = int(decoded.inner_text())
+    page.wait_for_function(f"() => Number(document.querySelector('#streams td.decoded').textContent) > {first}",
+                           timeout=15_000)  # pushed over server-sent events, no reload
+    assert page.locator("#conn").inner_text() == "live"
+    page.locator("#captions td.caption").first.wait_for(timeout=90_000)  # written by the LLM
+    assert "in view." in page.locator("#captions td.caption").first.inner_text()
+    assert "live" in card.locator(".pill.live").first.inner_text()
+    page.close()
+
+
+def test_app_page_draws_charts_and_the_latest_frame(server, browser):
+    page = browser.new_page()
+    errors = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(f"{server.url}/dashboard")
+    page.locator('.card[data-app="people"] h2 a').click()
+    page.wait_for_url("**/dashboard/apps/people")
+    page.locator("#latency .main-svg").first.wait_for(timeout=30_000)  # plotly, served locally
+    page.wait_for_function("() => document.getElementById('frame').naturalWidth > 0", timeout=30_000)
+    assert page.evaluate("() => document.getElementById('frame').naturalWidth") == 640
+    assert "SLO 1500 ms" in page.locator("#summary").inner_text()
+    assert errors == []
+    page.close()

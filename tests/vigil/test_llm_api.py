@@ -1,0 +1,85 @@
+"""The LLM on the same server: the official `openai` client, captions, questions."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+from openai import OpenAI
+
+from support.processes import wait_for
+
+CAPTION_PROMPT = ("facts: view: person 2, car 1, bike 0 | cross: midblock car in 1 | enter: person 1 | "
+                  "leave: none\ncaption:")
+
+
+@pytest.fixture
+def client(server, api):
+    wait_for(lambda: any(m.get("kind") == "llm" for m in api.get("/v1/models").json()["data"]), 120, "LLM loaded")
+    return OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0)
+
+
+def test_models_list_includes_the_llm(client):
+    ids = [m.id for m in client.models.list()]
+    assert "scene-lm" in ids and "scenedet" in ids
+
+
+def test_completion_and_its_stream_agree(client):
+    done = client.completions.create(model="scene-lm", prompt=CAPTION_PROMPT, max_tokens=40, temperature=0, stop=["\n"])
+    text = done.choices[0].text
+    assert text.strip().startswith("2 people and 1 car in view.")
+    assert done.usage.prompt_tokens > 10 and done.usage.completion_tokens > 5
+    pieces = list(client.completions.create(model="scene-lm", prompt=CAPTION_PROMPT, max_tokens=40, temperature=0,
+                                            stop=["\n"], stream=True))
+    assert "".join(p.choices[0].text for p in pieces) == text
+    assert pieces[-1].choices[0].finish_reason in ("stop", "length")
+
+
+def test_chat_and_its_stream(client):
+    msgs = [{"role": "user", "content": CAPTION_PROMPT}]
+    done = client.chat.completions.create(model="scene-lm", messages=msgs, max_tokens=40, temperature=0)
+    assert "2 people" in done.choices[0].message.content
+    chunks = list(client.chat.completions.create(model="scene-lm", messages=msgs, max_tokens=40, temperature=0,
+                                                 stream=True, stream_options={"include_usage": True}))
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == done.choices[0].message.content
+    assert chunks[-1].usage.completion_tokens == done.usage.completion_tokens
+
+
+def test_raw_stream_ends_with_done_and_errors_are_4xx(server, api):
+    with httpx.stream("POST", f"{server.url}/v1/completions", timeout=60,
+                      json={"prompt": CAPTION_PROMPT, "max_tokens": 8, "stream": True}) as r:
+        lines = [line for line in r.iter_lines() if line]
+    assert lines[-1] == "data: [DONE]" and json.loads(lines[0][6:])["object"] == "text_completion"
+    assert api.post("/v1/completions", json={"prompt": "", "max_tokens": 5}).status_code == 422
+    assert api.post("/v1/completions", json={"prompt": "x", "max_tokens": 0}).status_code == 422
+    assert api.post("/v1/completions", json={"prompt": "x", "model": "gpt-9"}).status_code == 404
+    assert api.post("/v1/chat/completions", json={"messages": "hi"}).status_code == 422
+    text = api.get("/metrics").text
+    for name in ("vigil_llm_num_requests_running", "vigil_llm_kv_cache_usage_ratio",
+                 "vigil_llm_time_to_first_token_seconds_bucket", "vigil_llm_generation_tokens_total"):
+        assert name in text
+
+
+def test_captions_appear_for_the_stream(api, client):
+    wait_for(lambda: api.get("/v1/captions", params={"stream": "street"}).json()["captions"], 90, "a caption")
+    cap = api.get("/v1/captions", params={"stream": "street"}).json()["captions"][0]
+    assert cap["t_end_ms"] > cap["t_start_ms"]
+    assert "in view." in cap["text"]
+    assert cap["facts"].startswith("view: person")
+
+
+def test_ask_answers_with_the_exact_count_and_cites_events(api, client):
+    wait_for(lambda: api.get("/v1/events", params={"app": "people", "type": "line_cross"}).json()["events"], 90,
+             "a crossing")
+    r = api.post("/v1/ask", json={"question": "how many people crossed midblock?", "stream": "street"})
+    assert r.status_code == 200, r.text
+    out = r.json()
+    n = int(out["aggregate"].rsplit("=", 1)[1])
+    assert out["answer"].startswith(f"{n} ")
+    cited = [i for c in out["citations"] for i in c["event_ids"]]
+    crossings = api.get("/v1/events", params={"app": "people", "type": "line_cross", "limit": 1000}).json()["events"]
+    assert len([e for e in crossings if e["id"] in cited and e["line"] == "midblock"]) == n
+    assert api.post("/v1/ask", json={"question": "what is the weather?"}).status_code == 422
+    assert api.post("/v1/ask", json={"question": "how many cars crossed midblock?", "stream": "nope"}).status_code == 404

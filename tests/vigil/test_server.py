@@ -1,0 +1,235 @@
+"""REST flows against a real `vigil serve` (uvicorn on a loopback port, SQLite file)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import httpx
+import pytest
+import yaml
+
+from support.processes import ROOT, RtspServer, VigilServer, free_port, wait_for
+
+
+def test_health_ready_docs_and_openapi(api):
+    assert api.get("/healthz").json() == {"status": "ok"}
+    wait_for(lambda: api.get("/readyz").status_code == 200, 60, "ready")
+    assert api.get("/docs").status_code == 200
+    paths = api.get("/openapi.json").json()["paths"]
+    for path in ("/v1/streams", "/v1/streams/{name}", "/v1/apps", "/v1/apps/{name}", "/v1/apps/{name}/metrics",
+                 "/v1/models", "/v1/events", "/metrics"):
+        assert path in paths
+
+
+def test_app_metrics_have_the_documented_shape(api):
+    m = api.get("/v1/apps/people/metrics").json()
+    assert m["slo_ms"] == 1500
+    assert 0.0 <= m["slo_attainment"] <= 1.0
+    assert set(m["latency_ms"]) == {"p50", "p95", "p99"} and m["latency_ms"]["p50"] > 0
+    assert m["throughput_fps"] > 0
+    assert isinstance(m["dropped"], dict)
+    assert any(k.startswith("scenedet/") for k in m["batch_size"])
+
+
+def test_stream_crud_and_client_mistakes(api, short_clip):
+    clip, _ = short_clip
+    r = api.post("/v1/streams", json={"name": "clip", "url": str(clip), "options": {"realtime": False}})
+    assert r.status_code == 201
+    assert api.post("/v1/streams", json={"name": "clip", "url": str(clip)}).status_code == 409
+    for body, field in [({"name": "Bad Name", "url": str(clip)}, "name"),
+                        ({"name": "x1", "url": "/no/such.mp4"}, "url"),
+                        ({"name": "x2", "url": str(clip), "warp": 9}, "options"),
+                        ({"name": "x3", "url": str(clip), "options": {"buffer_frames": 0}}, "buffer_frames"),
+                        ({"name": "x4"}, "url")]:
+        r = api.post("/v1/streams", json=body)
+        assert r.status_code == 422, (body, r.text)
+        assert field in r.text
+    assert api.get("/v1/streams/nope").status_code == 404
+    names = [s["name"] for s in api.get("/v1/streams").json()]
+    assert {"street", "clip"} <= set(names)
+    wait_for(lambda: api.get("/v1/streams/clip").json()["status"] == "ended", 30, "a file ends")
+    assert api.delete("/v1/streams/clip").status_code == 204
+    assert api.get("/v1/streams/clip").status_code == 404
+    assert api.delete("/v1/streams/clip").status_code == 404
+
+
+def test_app_lifecycle_yaml_patch_and_errors(api):
+    spec = yaml.safe_load((ROOT / "apps/builtin/motion.yaml").read_text())
+    spec.update(name="motion-a", source="street")
+    r = api.post("/v1/apps", content=yaml.safe_dump(spec), headers={"Content-Type": "application/yaml"})
+    assert r.status_code == 201, r.text
+    assert api.post("/v1/apps", json=spec).status_code == 409
+    wait_for(lambda: api.get("/v1/apps/motion-a").json()["status"] == "running", 30, "motion app running")
+    r = api.patch("/v1/apps/motion-a", json={"slo_ms": 250, "priority": 3})
+    assert r.status_code == 200 and r.json()["spec"]["slo_ms"] == 250
+    assert api.get("/v1/apps/motion-a/metrics").json()["slo_ms"] == 250
+    r = api.patch("/v1/apps/motion-a", json={"detector": "scenedet"})
+    assert r.status_code == 422 and "detector" in r.text
+    r = api.patch("/v1/apps/motion-a", json={"slo_ms": -5})
+    assert r.status_code == 422 and "slo_ms" in r.text
+    assert api.delete("/v1/streams/street").status_code == 409  # apps use it
+    assert api.delete("/v1/apps/motion-a").status_code == 204
+    assert api.get("/v1/apps/motion-a").status_code == 404
+
+
+@pytest.mark.parametrize("spec,field", [
+    ({"name": "a1", "source": "street", "slo_ms": -5}, "slo_ms"),
+    ({"name": "a2", "source": "street", "detector": "nosuchmodel"}, "detector"),
+    ({"name": "a3", "source": "street", "classes": ["dragon"]}, "classes"),
+    ({"name": "a4", "source": "nostream"}, "source"),
+    ({"name": "a5", "source": "street", "lines": {"l": [[0, 0], [2, 2]]}}, "lines"),
+    ({"name": "a6", "source": "street", "colour": "red"}, "colour"),
+    (["not", "a", "mapping"], "mapping"),
+])
+def test_malformed_app_specs_are_422_naming_the_field(api, spec, field):
+    r = api.post("/v1/apps", json=spec)
+    assert r.status_code == 422, r.text
+    assert field in r.json()["detail"]
+
+
+def test_bad_bodies_are_client_errors(api):
+    r = api.post("/v1/apps", content=b"{nope", headers={"Content-Type": "application/json"})
+    assert r.status_code == 422 and "JSON" in r.text
+    r = api.post("/v1/apps", content=b"a: [", headers={"Content-Type": "application/yaml"})
+    assert r.status_code == 422 and "YAML" in r.text
+    r = api.post("/v1/apps", content=b"x" * (2 << 20), headers={"Content-Type": "application/json"})
+    assert r.status_code == 413
+
+
+def test_events_filter_and_page(api):
+    wait_for(lambda: len(api.get("/v1/events", params={"app": "people"}).json()["events"]) >= 6, 60, "events")
+    page1 = api.get("/v1/events", params={"app": "people", "limit": 3}).json()
+    assert len(page1["events"]) == 3 and page1["next_after_id"] == page1["events"][-1]["id"]
+    page2 = api.get("/v1/events", params={"app": "people", "limit": 3, "after_id": page1["next_after_id"]}).json()
+    assert page2["events"][0]["id"] > page1["events"][-1]["id"]
+    starts = api.get("/v1/events", params={"type": "track_start", "limit": 1000}).json()["events"]
+    assert starts and all(e["type"] == "track_start" for e in starts)
+    assert api.get("/v1/events", params={"type": "explosion"}).status_code == 422
+    t = starts[0]["t_ms"]
+    window = api.get("/v1/events", params={"since_ms": t, "until_ms": t + 1, "limit": 1000}).json()["events"]
+    assert window and all(t <= e["t_ms"] < t + 1 for e in window)
+
+
+def test_models_list_label_and_status(api):
+    models = {m["id"]: m for m in api.get("/v1/models").json()["data"]}
+    assert models["scenedet"]["versions_on_disk"] == [1, 2] and 2 in models["scenedet"]["loaded"]
+    r = api.put("/v1/models/scenedet/labels/canary", json={"version": 1})
+    assert r.status_code == 200 and r.json()["labels"]["canary"] == 1
+    assert api.put("/v1/models/scenedet/labels/canary", json={"version": 99}).status_code == 409
+    assert api.put("/v1/models/scenedet/labels/canary", json={"version": "x"}).status_code == 422
+    assert api.post("/v1/models/nosuch/load").status_code == 404
+    api.put("/v1/models/scenedet/labels/canary", json={"version": 2})
+
+
+def test_prometheus_metrics_and_latest_frame(api):
+    text = api.get("/metrics").text
+    assert 'vigil_app_slo_attainment{app="people",window="1m"}' in text
+    assert 'vigil_stream_status{status="live",stream="street"} 1.0' in text
+    assert "vigil_requests_arrived_total" in text and "vigil_batch_size_bucket" in text
+    r = api.get("/v1/apps/people/frame.jpg")
+    assert r.status_code == 200 and r.headers["content-type"] == "image/jpeg" and r.content[:2] == b"\xff\xd8"
+
+
+def test_broken_sources_get_a_status_and_disturb_nothing_else(api, tmp_path, bundled_clips):
+    bad = tmp_path / "corrupt.mp4"
+    bad.write_bytes(bundled_clips[0].read_bytes()[:20000])
+    before = api.get("/v1/apps/people/metrics").json()["completed"]
+    assert api.post("/v1/streams", json={"name": "corrupt", "url": str(bad)}).status_code == 201
+    dead = f"rtsp://admin:hunter2@127.0.0.1:{free_port()}/cam"
+    r = api.post("/v1/streams", json={"name": "dead", "url": dead,
+                                      "options": {"backoff_initial_s": 0.2, "backoff_max_s": 1}})
+    assert r.status_code == 201 and "hunter2" not in r.text
+    wait_for(lambda: api.get("/v1/streams/corrupt").json()["status"] == "failed", 30, "corrupt file failed")
+    assert "corrupt.mp4" in api.get("/v1/streams/corrupt").json()["last_error"]
+    wait_for(lambda: api.get("/v1/streams/dead").json()["reconnects"] >= 1, 30, "dead camera retried")
+    dead_status = api.get("/v1/streams/dead").json()
+    assert dead_status["status"] == "reconnecting" and dead_status["url"].startswith("rtsp://***@")
+    wait_for(lambda: api.get("/v1/apps/people/metrics").json()["completed"] > before + 20, 60,
+             "the people app goes on")
+    assert api.get("/v1/streams/street").json()["status"] == "live"
+    for name in ("corrupt", "dead"):
+        assert api.delete(f"/v1/streams/{name}").status_code == 204
+
+
+def test_cli_talks_to_the_api(server):
+    out = subprocess.run([sys.executable, "-m", "vigil.cli", "streams", "list", "--url", server.url],
+                         capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "street" in [s["name"] for s in json.loads(out.stdout)]
+    out = subprocess.run([sys.executable, "-m", "vigil.cli", "apps", "get", "nosuch", "--url", server.url],
+                         capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert out.returncode == 1 and "404" in out.stderr
+
+
+def test_restart_brings_back_streams_and_apps_and_flushes_events(tmp_path, bundled_clips):
+    srv = VigilServer(tmp_path / "data").start()
+    camera = RtspServer(bundled_clips[1]).start()
+    try:
+        with httpx.Client(base_url=srv.url, timeout=60) as api:
+            assert api.post("/v1/streams", json={"name": "cam", "url": camera.url}).status_code == 201
+            spec = yaml.safe_load((ROOT / "apps/builtin/motion.yaml").read_text())
+            spec.update(name="moving", source="cam")
+            assert api.post("/v1/apps", json=spec).status_code == 201
+            assert api.put("/v1/models/scenedet/labels/canary", json={"version": 1}).status_code == 200
+            wait_for(lambda: api.get("/v1/apps/moving/metrics").json()["completed"] > 30, 60, "motion results")
+        assert srv.stop()
+        events = _stored_events(tmp_path / "data" / "vigil.db", "moving")
+        starts, ends = events.count("track_start"), events.count("track_end")
+        assert starts > 0 and starts == ends  # graceful: every open track was ended and stored
+        srv = VigilServer(tmp_path / "data").start()
+        with httpx.Client(base_url=srv.url, timeout=60) as api:
+            wait_for(lambda: api.get("/readyz").status_code == 200, 60, "restored")
+            assert [s["name"] for s in api.get("/v1/streams").json()] == ["cam"]
+            wait_for(lambda: api.get("/v1/apps/moving").json()["status"] == "running", 60, "app back")
+            wait_for(lambda: api.get("/v1/apps/moving/metrics").json()["completed"] > 10, 60, "results again")
+            wait_for(lambda: api.get("/v1/models/scenedet").json()["labels"].get("canary") == 1, 60,
+                     "label restored")
+    finally:
+        srv.stop()
+        camera.stop()
+
+
+def _stored_events(db, app: str) -> list[str]:
+    import sqlite3
+
+    with sqlite3.connect(db) as conn:
+        return [r[0] for r in conn.execute("SELECT type FROM events WHERE app = ?", (app,))]
+
+
+def test_auth_guards_mutations_and_keys_never_reach_the_logs(tmp_path, short_clip):
+    clip, _ = short_clip
+    srv = VigilServer(tmp_path / "data", api_keys="k1-topsecret,k2-topsecret").start()
+    try:
+        with httpx.Client(base_url=srv.url, timeout=60) as api:
+            body = {"name": "c", "url": str(clip)}
+            r = api.post("/v1/streams", json=body)
+            assert r.status_code == 401 and r.headers["www-authenticate"] == "Bearer"
+            assert api.post("/v1/streams", json=body, headers={"Authorization": "Bearer nope"}).status_code == 401
+            assert api.post("/v1/streams", json=body,
+                            headers={"Authorization": "Bearer k2-topsecret"}).status_code == 201
+            assert api.get("/v1/streams").status_code == 200  # reading needs no key
+            assert api.delete("/v1/streams/c").status_code == 401
+            assert api.delete("/v1/streams/c", headers={"Authorization": "Bearer k1-topsecret"}).status_code == 204
+    finally:
+        srv.stop()
+    assert "topsecret" not in srv.logs()
+
+
+def test_grafana_dashboard_queries_series_the_server_exports(api):
+    import re
+
+    text = api.get("/metrics").text
+    exported = set()
+    for line in text.splitlines():  # '# TYPE name kind', also for series with no samples yet
+        if line.startswith("# TYPE "):
+            _, _, name, kind = line.split()
+            exported |= {name, f"{name}_total"} if kind == "counter" else {name}
+            if kind == "histogram":
+                exported |= {f"{name}_bucket", f"{name}_sum", f"{name}_count"}
+    dashboard = json.loads((ROOT / "configs/grafana/vigil-dashboard.json").read_text())
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
+    names = {n for e in exprs for n in re.findall(r"\b(vigil_[a-z_]+)", e)}
+    missing = sorted(n for n in names if n not in exported)
+    assert not missing, f"the Grafana dashboard queries series nobody exports: {missing}"

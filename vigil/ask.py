@@ -1,0 +1,67 @@
+"""`vigil ask --source CLIP`: questions about a clip, offline. The clip is run through
+the default apps once (outputs kept under OUT/ask-<clip>/ and reused), its events
+become the event store, and scene-lm answers from the exact aggregates."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Callable
+
+from llm.qa import Embedder, answer
+from llm.sampling import SamplingParams
+from llm.serving import DEFAULT_LLM, load_llm
+
+
+class AskError(Exception):
+    pass
+
+
+def run_clip_once(source: str, out_root: Path, models: Path, device: str, log: Callable[[str], None]) -> tuple[Path, list]:
+    from apps.spec import load_spec
+    from vigil.cli import DEFAULT_APPS
+    from vigil.offline import RunError, RunOptions, run_offline
+
+    specs = [load_spec(a) for a in DEFAULT_APPS]
+    out = out_root / f"ask-{Path(source).stem}"
+    events = out / "events.jsonl"
+    summary = out / "summary.json"
+    if not (events.exists() and summary.exists() and json.loads(summary.read_text()).get("source") == source):
+        log(f"running {source} through {', '.join(DEFAULT_APPS)} (once) ...")
+        try:
+            run_offline(source, specs, RunOptions(out_dir=out, video=False, device=device, repository=models))
+        except RunError as exc:
+            raise AskError(str(exc)) from None
+    return events, specs
+
+
+def load_events(path: Path) -> list[dict]:
+    return [{"id": i + 1, **json.loads(line)} for i, line in enumerate(path.read_text().splitlines()) if line]
+
+
+def ask_offline(question: str, source: str, out_root: Path, models: Path, device: str = "auto",
+                log: Callable[[str], None] = print, engine=None, embedder: Embedder | None = None) -> dict:
+    from engine.device import resolve_device
+
+    events_path, specs = run_clip_once(source, out_root, models, resolve_device(device) if device else "cpu", log)
+    events = load_events(events_path)
+    own = engine is None
+    if own:
+        engine = load_llm(models, DEFAULT_LLM, "cpu")
+    try:
+        def generate(prompt: str) -> str:
+            handle = engine.add_request(prompt, SamplingParams(max_tokens=64, stop=("\n",)))
+            if own:
+                while engine.has_work():
+                    engine.step()
+            return handle.result(120).text
+
+        lines = sorted({n for s in specs for n in s.lines})
+        zones = sorted({n for s in specs for n in s.zones})
+        try:
+            return answer(question, events, [], generate, lines, zones, embedder)
+        except ValueError as exc:
+            raise AskError(f"question: {exc}") from None
+    finally:
+        if own:
+            engine.close()

@@ -1,0 +1,46 @@
+"""The per-app SLO dashboard: static pages under /dashboard that read the REST API
+(`/v1/overview/stream` for live cards over server-sent events, `/v1/apps/{name}/series`
+for charts). Charts are drawn by plotly.js from the plotly package on PyPI, served from
+this server (the machine may be offline)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fastapi import APIRouter
+from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse
+
+STATIC = Path(__file__).parent / "static"
+
+
+def _plotly_js() -> Path:
+    import plotly
+
+    return Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
+
+
+def dashboard_router() -> APIRouter:
+    router = APIRouter(include_in_schema=False)
+
+    @router.get("/")
+    def root() -> RedirectResponse:
+        return RedirectResponse("/dashboard")
+
+    @router.get("/dashboard", response_class=HTMLResponse)
+    def dashboard() -> FileResponse:
+        return FileResponse(STATIC / "dashboard.html", media_type="text/html")
+
+    @router.get("/dashboard/apps/{name}", response_class=HTMLResponse)
+    def app_page(name: str) -> FileResponse:
+        return FileResponse(STATIC / "app.html", media_type="text/html")
+
+    @router.get("/static/{file}")
+    def static(file: str) -> FileResponse:
+        if file == "plotly.min.js":
+            return FileResponse(_plotly_js(), media_type="application/javascript")
+        path = STATIC / file
+        if file not in {p.name for p in STATIC.iterdir()}:
+            return FileResponse(STATIC / "missing.txt", status_code=404)
+        return FileResponse(path)
+
+    return router

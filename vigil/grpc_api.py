@@ -1,0 +1,223 @@
+"""gRPC API (vigil/proto/vigil.proto): Predict, StreamBlocks, GetModelStatus, as thin
+adapters over the engine and the service, plus a Python client.
+
+Auth: when API keys are configured every call needs metadata
+`authorization: Bearer KEY` (UNAUTHENTICATED otherwise). Errors map to status codes:
+an unknown model NOT_FOUND, a bad image or field INVALID_ARGUMENT, a dropped request
+DEADLINE_EXCEEDED or RESOURCE_EXHAUSTED.
+"""
+
+from __future__ import annotations
+
+import hmac
+from concurrent import futures
+from typing import TYPE_CHECKING, Iterable, Iterator
+
+import cv2
+import grpc
+import numpy as np
+
+from engine.detections import Detections
+from engine.engine import Dropped, Request
+from vigil.proto import vigil_pb2 as pb
+from vigil.proto import vigil_pb2_grpc as pb_grpc
+
+if TYPE_CHECKING:
+    from vigil.service import Vigil
+
+DEFAULT_SLO_MS = 1000.0
+MAX_MESSAGE_BYTES = 64 << 20
+
+
+class _Invalid(Exception):
+    pass
+
+
+def decode_image(image: pb.Image) -> np.ndarray:
+    """[H, W, 3] uint8 RGB from an encoded image or a raw tensor."""
+    kind = image.WhichOneof("kind")
+    if kind == "encoded":
+        buf = np.frombuffer(image.encoded, np.uint8)
+        bgr = cv2.imdecode(buf, cv2.IMREAD_COLOR) if len(buf) else None
+        if bgr is None:
+            raise _Invalid("image.encoded: not a JPEG or PNG image OpenCV can decode")
+        return cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
+    if kind == "pixels":
+        t = image.pixels
+        shape = tuple(t.shape)
+        if t.dtype not in ("", "uint8") or len(shape) != 3 or shape[2] != 3 or min(shape) < 1:
+            raise _Invalid(f"image.pixels: need shape [H, W, 3] and dtype uint8; got {list(shape)} {t.dtype!r}")
+        if len(t.data) != shape[0] * shape[1] * 3:
+            raise _Invalid(f"image.pixels: data has {len(t.data)} bytes; shape {list(shape)} needs "
+                           f"{shape[0] * shape[1] * 3}")
+        return np.frombuffer(t.data, np.uint8).reshape(shape)
+    raise _Invalid("image: set `encoded` (JPEG/PNG bytes) or `pixels` (a [H, W, 3] uint8 tensor)")
+
+
+def encode_image(rgb: np.ndarray, raw: bool = False) -> pb.Image:
+    if raw:
+        return pb.Image(pixels=pb.Tensor(shape=list(rgb.shape), dtype="uint8", data=np.ascontiguousarray(rgb).tobytes()))
+    ok, jpeg = cv2.imencode(".jpg", cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR), [cv2.IMWRITE_JPEG_QUALITY, 90])
+    return pb.Image(encoded=jpeg.tobytes())
+
+
+def _version_ref(spec: pb.ModelSpec) -> int | str | None:
+    which = spec.WhichOneof("version_choice")
+    return spec.version if which == "version" else spec.label if which == "label" else None
+
+
+def _detections(dets: Detections, labels: tuple[str, ...]) -> list[pb.Detection]:
+    return [pb.Detection(x0=float(b[0]), y0=float(b[1]), x1=float(b[2]), y1=float(b[3]), confidence=float(c),
+                         label=labels[int(k)] if 0 <= int(k) < len(labels) else str(int(k)))
+            for b, c, k in zip(dets.xyxy, dets.confidence, dets.class_id)]
+
+
+class VigilServicer(pb_grpc.VigilServicer):
+    def __init__(self, service: "Vigil") -> None:
+        self.service = service
+        self.engine = service.engine
+
+    def _auth(self, context: grpc.ServicerContext) -> None:
+        keys = self.service.settings.api_keys
+        if not keys:
+            return
+        meta = dict(context.invocation_metadata())
+        scheme, _, token = meta.get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not any(hmac.compare_digest(token.encode(), k.encode()) for k in keys):
+            context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or invalid API key: send metadata "
+                                                           "'authorization: Bearer KEY'")
+
+    def _resolve(self, spec: pb.ModelSpec, context: grpc.ServicerContext) -> tuple[int | str | None, tuple[str, ...]]:
+        name = spec.name
+        if name not in self.service.repository.model_names():
+            context.abort(grpc.StatusCode.NOT_FOUND, f"no model {name!r} in the repository")
+        ref = _version_ref(spec)
+        try:
+            if name not in self.engine.models():
+                self.engine.load(name)
+            with self.engine.manager.lock:
+                servable = self.engine.manager.resolve(name, ref)
+                labels = tuple(servable.model.spec.labels)
+        except (LookupError, ValueError) as exc:
+            context.abort(grpc.StatusCode.NOT_FOUND, str(exc))
+        except Exception as exc:  # a model that fails to load
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"model {name!r} cannot load: {exc}")
+        return ref, labels
+
+    def _request(self, peer: str, spec: pb.ModelSpec, ref, image: np.ndarray, slo_ms: float, priority: int,
+                 labels: Iterable[str], key=None) -> Request:
+        if slo_ms < 0 or not np.isfinite(slo_ms):
+            raise _Invalid(f"slo_ms must be >= 0; was {slo_ms}")
+        return Request(f"grpc:{peer}", spec.name, image, self.engine.clock(), slo_ms or DEFAULT_SLO_MS, ref,
+                       max(0, min(10, priority)), tuple(labels) or None, key)
+
+    def Predict(self, request: pb.PredictRequest, context: grpc.ServicerContext) -> pb.PredictResponse:
+        self._auth(context)
+        ref, labels = self._resolve(request.model_spec, context)
+        try:
+            image = decode_image(request.image)
+            req = self._request("predict", request.model_spec, ref, image, request.slo_ms, request.priority,
+                                request.labels)
+            result = self.engine.submit(req).result()
+        except _Invalid as exc:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        except Dropped as exc:
+            code = grpc.StatusCode.DEADLINE_EXCEEDED if exc.reason == "deadline" else \
+                grpc.StatusCode.RESOURCE_EXHAUSTED
+            context.abort(code, f"request dropped: {exc}")
+        except ValueError as exc:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        return pb.PredictResponse(model_spec=pb.ModelSpec(name=result.model, version=result.version),
+                                  detections=_detections(result.detections, labels),
+                                  latency_ms=result.latency_ms)
+
+    def StreamBlocks(self, request_iterator: Iterator[pb.Block], context: grpc.ServicerContext) -> Iterator[pb.BlockResult]:
+        self._auth(context)
+        for block in request_iterator:
+            ref, labels = self._resolve(block.model_spec, context)
+            try:
+                reqs = [self._request(f"stream:{block.stream_id}", block.model_spec, ref, decode_image(f.image),
+                                      block.slo_ms, block.priority, block.labels, (block.stream_id, f.frame_id))
+                        for f in block.frames]
+            except _Invalid as exc:
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"block {block.block_id}: {exc}")
+            out = pb.BlockResult(stream_id=block.stream_id, block_id=block.block_id)
+            for frame, fut in zip(block.frames, self.engine.submit_many(reqs)):
+                try:
+                    result = fut.result()
+                    out.version = result.version
+                    out.frames.append(pb.FrameResult(frame_id=frame.frame_id,
+                                                     detections=_detections(result.detections, labels)))
+                except Dropped as exc:
+                    out.frames.append(pb.FrameResult(frame_id=frame.frame_id, error=exc.reason))
+            yield out
+
+    def GetModelStatus(self, request: pb.ModelStatusRequest, context: grpc.ServicerContext) -> pb.ModelStatusResponse:
+        self._auth(context)
+        name = request.model_spec.name
+        try:
+            model = self.service.model(name)
+        except Exception:
+            context.abort(grpc.StatusCode.NOT_FOUND, f"no model {name!r} in the repository")
+        ref = _version_ref(request.model_spec)
+        versions = model["versions_on_disk"]
+        if isinstance(ref, str):
+            if ref not in model["labels"]:
+                context.abort(grpc.StatusCode.NOT_FOUND, f"model {name!r} has no label {ref!r}")
+            versions = [model["labels"][ref]]
+        elif ref is not None:
+            if ref not in versions:
+                context.abort(grpc.StatusCode.NOT_FOUND, f"model {name!r} has no version {ref}")
+            versions = [ref]
+        return pb.ModelStatusResponse(
+            versions=[pb.ModelVersionStatus(version=v, state="AVAILABLE" if v in model["loaded"] else "ON_DISK")
+                      for v in versions],
+            labels={k: int(v) for k, v in model["labels"].items()})
+
+
+def start_grpc(service: "Vigil", host: str, port: int, workers: int = 8) -> tuple[grpc.Server, int]:
+    """Start the gRPC server; returns it and the port it bound (port 0 picks one)."""
+    server = grpc.server(futures.ThreadPoolExecutor(workers, thread_name_prefix="grpc"),
+                         options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                                  ("grpc.max_send_message_length", MAX_MESSAGE_BYTES)])
+    pb_grpc.add_VigilServicer_to_server(VigilServicer(service), server)
+    bound = server.add_insecure_port(f"{host}:{port}")
+    if bound == 0:
+        raise OSError(f"cannot listen for gRPC on {host}:{port}")
+    server.start()
+    return server, bound
+
+
+class GrpcClient:
+    """A small client: `GrpcClient("127.0.0.1:8081", api_key=...)`."""
+
+    def __init__(self, target: str, api_key: str | None = None, timeout_s: float = 30.0) -> None:
+        self.channel = grpc.insecure_channel(target, options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                                                              ("grpc.max_send_message_length", MAX_MESSAGE_BYTES)])
+        self.stub = pb_grpc.VigilStub(self.channel)
+        self.metadata = [("authorization", f"Bearer {api_key}")] if api_key else []
+        self.timeout_s = timeout_s
+
+    @staticmethod
+    def model_spec(name: str, version: int | str | None = None) -> pb.ModelSpec:
+        if isinstance(version, int):
+            return pb.ModelSpec(name=name, version=version)
+        if isinstance(version, str):
+            return pb.ModelSpec(name=name, label=version)
+        return pb.ModelSpec(name=name)
+
+    def predict(self, model: str, rgb: np.ndarray, version: int | str | None = None, slo_ms: float = 0.0,
+                raw: bool = False) -> pb.PredictResponse:
+        return self.stub.Predict(pb.PredictRequest(model_spec=self.model_spec(model, version),
+                                                   image=encode_image(rgb, raw), slo_ms=slo_ms),
+                                 metadata=self.metadata, timeout=self.timeout_s)
+
+    def stream_blocks(self, blocks: Iterable[pb.Block]) -> Iterator[pb.BlockResult]:
+        return self.stub.StreamBlocks(iter(blocks), metadata=self.metadata, timeout=self.timeout_s)
+
+    def model_status(self, model: str, version: int | str | None = None) -> pb.ModelStatusResponse:
+        return self.stub.GetModelStatus(pb.ModelStatusRequest(model_spec=self.model_spec(model, version)),
+                                        metadata=self.metadata, timeout=self.timeout_s)
+
+    def close(self) -> None:
+        self.channel.close()

@@ -1,0 +1,156 @@
+"""Apps on one stream: a block's frames go to the engine for every app at once, and
+the results come back to each app in order. `vigil run` and `vigil serve` both use it.
+
+Apps whose detector is a model send one request per sampled frame, all apps' requests
+for a block in one submission, so a backbone shared by several apps runs once per
+frame. Host detectors (motion) run on the submitting thread and report into the same
+metrics. Static-frame skipping reuses an app's last result for frames that did not
+change.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from apps.app import App
+from apps.detectors import HOST_DETECTORS, Detector, build_host_detector
+from apps.events import Event
+from apps.skipping import StaticFrameFilter
+from apps.spec import AppSpec
+from engine.detections import Detections
+from engine.engine import Dropped, Engine, Request
+from engine.repository import RepositoryError
+from streams import FrameBlock, FrameSampler
+
+
+class RunError(Exception):
+    """An app cannot run (bad source, bad app, bad model); the message says which and why."""
+
+
+@dataclass
+class AppRunner:
+    """One app with its sampler and, for host detectors, its detector."""
+
+    app: App
+    sampler: FrameSampler
+    host: Detector | None = None
+    skip: StaticFrameFilter | None = None
+    last: Detections = field(default_factory=Detections.empty)  # latest result, reused by skipped frames
+
+
+@dataclass
+class InFlight:
+    block: FrameBlock
+    picks: dict[str, FrameBlock]  # app -> its sampled frames
+    futures: dict[str, list[Future | None]] = field(default_factory=dict)  # None: skipped, reuse the last
+    host_results: dict[str, list[Detections]] = field(default_factory=dict)
+
+
+def _labels_of(spec: AppSpec, engine: Engine) -> tuple[str, ...]:
+    if spec.host_detector:
+        return HOST_DETECTORS[spec.detector].labels
+    with engine.manager.lock:
+        servable = engine.manager.resolve(spec.detector, spec.model_version)
+        return tuple(servable.model.spec.labels)
+
+
+def build_runners(specs: list[AppSpec], engine: Engine, stream_id: str, size: tuple[int, int],
+                  fps: float) -> list[AppRunner]:
+    """Load the apps' models and check their classes; RunError names the app and problem."""
+    models = sorted({s.detector for s in specs if not s.host_detector})
+    for name in models:
+        if name not in engine.manager.repository.model_names():
+            raise RunError(f"detector {name!r} is neither a host detector ({', '.join(HOST_DETECTORS)}) nor a "
+                           f"model in {engine.manager.repository.root}")
+        try:
+            engine.load(name)
+        except RepositoryError as exc:
+            raise RunError(str(exc)) from None
+    runners = []
+    for spec in specs:
+        try:
+            labels = _labels_of(spec, engine)
+        except LookupError as exc:
+            raise RunError(f"app {spec.name!r}: {exc}") from None
+        unknown = [c for c in spec.classes or [] if c not in labels]
+        if unknown:
+            raise RunError(f"app {spec.name!r}: classes {unknown} are not labels of {spec.detector!r} ({list(labels)})")
+        host = None
+        if spec.host_detector:
+            try:
+                host = build_host_detector(spec.detector, spec.detector_options)
+            except ValueError as exc:
+                raise RunError(f"app {spec.name!r}: {exc}") from None
+        skip = StaticFrameFilter(spec.skip_static) if spec.skip_static and not spec.host_detector else None
+        runners.append(AppRunner(App(spec, stream_id, size, fps, labels), FrameSampler(spec.fps), host, skip))
+    return runners
+
+
+def submit_block(block: FrameBlock, runners: list[AppRunner], engine: Engine, clock: Callable[[], float]) -> InFlight:
+    flight = InFlight(block, {r.app.name: block.select(r.sampler.mask(block)) for r in runners})
+    requests, owners = [], []
+    for r in runners:
+        sub = flight.picks[r.app.name]
+        spec = r.app.spec
+        if r.host is not None:
+            engine.metrics.arrived(spec.name, spec.detector, "host", len(sub))
+            if len(sub):
+                flight.host_results[spec.name] = r.host.detect(sub)
+            now = clock()
+            for capture in sub.capture_ms:
+                engine.metrics.completed(spec.name, spec.detector, "host", now - capture, spec.slo_ms)
+            continue
+        slots = flight.futures.setdefault(spec.name, [])
+        for i in range(len(sub)):
+            if r.skip is not None and r.skip.should_skip(sub.pixels[i], float(sub.pts_ms[i])):
+                engine.metrics.skipped(spec.name, spec.detector)
+                slots.append(None)
+                continue
+            version = "adaptive" if spec.select == "adaptive" else spec.model_version
+            requests.append(Request(spec.name, spec.detector, sub.pixels[i], float(sub.capture_ms[i]), spec.slo_ms,
+                                    version, spec.priority,
+                                    tuple(spec.classes) if spec.classes is not None else None,
+                                    (sub.stream_id, int(sub.frame_ids[i]))))
+            owners.append((spec.name, len(slots)))
+            slots.append(None)
+    for (name, slot), fut in zip(owners, engine.submit_many(requests)):
+        flight.futures[name][slot] = fut
+    return flight
+
+
+def observe_block(flight: InFlight, runners: list[AppRunner], engine: Engine,
+                  emit: Callable[[list[Event]], None]) -> dict[str, dict[int, Detections]]:
+    """Wait for a block's results and let each app track and count them."""
+    per_frame: dict[str, dict[int, Detections]] = {}
+    for r in runners:
+        name = r.app.name
+        sub = flight.picks[name]
+        if len(sub) == 0:
+            continue
+        if r.host is not None:
+            keep, dets = np.ones(len(sub), bool), flight.host_results[name]
+        else:
+            keep, dets = np.zeros(len(sub), bool), []
+            for i, fut in enumerate(flight.futures[name]):
+                try:
+                    if fut is not None:
+                        r.last = fut.result().detections
+                    dets.append(r.last)  # a skipped frame reuses the last result
+                    keep[i] = True
+                except Dropped:
+                    pass  # counted by the engine; the tracker coasts over the gap
+        events, results = r.app.observe(sub.select(keep), dets)
+        emit(events)
+        per_frame[name] = {res.frame_id: res.tracked for res in results}
+    while engine.selection_events:  # adaptive selection switches, stamped with this block's time
+        e = engine.selection_events.popleft()
+        emit([Event("model_selected", e["app"], flight.block.stream_id,
+                                          float(flight.block.pts_ms[0]), -1, "",
+                                          {k: e[k] for k in ("model", "from_version", "to_version", "rate_per_s")})])
+    return per_frame
+
+

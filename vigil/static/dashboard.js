@@ -1,0 +1,54 @@
+// Live cards over server-sent events from /v1/overview/stream.
+const pct = (x) => (x === null || x === undefined ? "–" : (100 * x).toFixed(1) + "%");
+const ms = (x) => (x === null || x === undefined ? "–" : x.toFixed(0) + " ms");
+const esc = (s) => String(s ?? "").replace(/[&<>"]/g, (c) => ({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;"}[c]));
+
+function card(a) {
+  const att = a.attainment_1m;
+  const cls = att === null ? "" : att >= 0.99 ? "" : att >= 0.9 ? "miss" : "bad";
+  const drops = Object.entries(a.dropped || {}).map(([k, v]) => `${esc(k)} ${v}`).join(", ") || "none";
+  const batches = Object.values(a.batch_size || {}).map((h) =>
+    Object.entries(h).map(([b, n]) => `${b}×${n}`).join(" ")).join(" | ") || "–";
+  const streams = a.streams.map((s) => `<span class="pill ${s.status}">${esc(s.name)}: ${s.status}</span>`).join("");
+  const p99 = a.latency_ms ? a.latency_ms.p99 : null, p50 = a.latency_ms ? a.latency_ms.p50 : null;
+  return `<div class="card ${cls}" data-app="${esc(a.name)}">
+    <h2><a href="/dashboard/apps/${encodeURIComponent(a.name)}">${esc(a.name)}</a>
+      <span class="pill">${esc(a.status)}</span></h2>
+    <div class="muted">${esc(a.detector)} · SLO ${a.slo_ms} ms ${a.error ? "· " + esc(a.error) : ""}</div>
+    <div class="row"><span>attainment, last minute</span><span class="big att-1m">${pct(att)}</span></div>
+    <div class="row"><span>attainment, last hour</span><span class="att-1h">${pct(a.attainment_1h)}</span></div>
+    <div class="row"><span>latency p50 / p99 (target)</span>
+      <span class="latency">${ms(p50)} / ${ms(p99)} (${a.slo_ms} ms)</span></div>
+    <div class="row"><span>throughput</span><span class="fps">${a.throughput_fps.toFixed(1)} frames/s</span></div>
+    <div class="row"><span>dropped</span><span class="drops">${drops}</span></div>
+    <div class="row"><span>batch sizes</span><span>${batches}</span></div>
+    <div class="row"><span>streams</span><span>${streams}</span></div>
+  </div>`;
+}
+
+function render(o) {
+  document.getElementById("cards").innerHTML = o.apps.map(card).join("") ||
+    '<p class="muted">No apps yet: POST /v1/streams and /v1/apps (see /docs).</p>';
+  document.querySelector("#streams tbody").innerHTML = o.streams.map((s) =>
+    `<tr><td>${esc(s.name)}</td><td><span class="pill ${s.status}">${s.status}</span></td>
+     <td class="decoded">${s.frames_decoded}</td><td>${s.frames_dropped}</td><td>${s.reconnects}</td>
+     <td class="muted">${esc(s.last_error)}</td></tr>`).join("");
+}
+
+const source = new EventSource("/v1/overview/stream");
+source.onmessage = (e) => { document.getElementById("conn").textContent = "live"; render(JSON.parse(e.data)); };
+source.onerror = () => { document.getElementById("conn").textContent = "reconnecting…"; };
+
+// Scene captions written by the LLM (GET /v1/captions), newest first.
+async function captions() {
+  try {
+    const r = await fetch("/v1/captions?limit=8");
+    const rows = (await r.json()).captions.reverse();
+    const t = (ms) => (ms > 864e5 ? new Date(ms).toLocaleTimeString() : (ms / 1000).toFixed(0) + " s");
+    document.querySelector("#captions tbody").innerHTML = rows.map((c) =>
+      `<tr><td>${esc(c.stream)}</td><td class="muted">${t(c.t_start_ms)}–${t(c.t_end_ms)}</td>
+       <td class="caption">${esc(c.text)}</td></tr>`).join("");
+  } catch (e) { /* the next round will try again */ }
+}
+captions();
+setInterval(captions, 5000);

@@ -1,0 +1,214 @@
+"""One stream in `vigil serve`: its managed source, its apps, and the thread that cuts
+its frames into blocks, sends them through the engine and hands results to the apps.
+
+Apps are attached, changed and detached while the stream runs; changes take effect
+at the next block (the worker thread is the only one that touches `App` objects). An
+app that cannot start (its model fails to load) gets status `failed` with the error,
+and the stream's other apps go on. Blocks are pipelined two deep, as offline.
+
+The latest annotated frame of each app is kept as JPEG (at most one a second) for the
+dashboard.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import deque
+from dataclasses import dataclass
+from typing import Callable
+
+import cv2
+import numpy as np
+
+from apps.annotate import draw_app
+from apps.events import Event
+from apps.spec import AppSpec
+from engine.detections import Detections
+from engine.engine import Engine
+from streams import FrameBlock
+from streams.blocks import BlockCutter, FrameSampler
+from streams.live import ManagedStream
+from vigil.pipeline import AppRunner, InFlight, RunError, build_runners, observe_block, submit_block
+
+log = logging.getLogger("vigil.worker")
+
+PIPELINE_DEPTH = 2
+SNAPSHOT_EVERY_MS = 1000.0
+
+
+@dataclass
+class AppStatus:
+    status: str = "waiting"  # waiting (no frames yet) | loading | running | failed
+    error: str | None = None
+
+
+class StreamWorker:
+    def __init__(self, stream: ManagedStream, engine: Engine, emit: Callable[[list[Event]], None],
+                 block_frames: int, block_ms: float, clock: Callable[[], float],
+                 on_block: Callable[[str, float, list[dict], dict[str, dict[str, int]]], None] | None = None) -> None:
+        self.stream = stream
+        self.engine = engine
+        self.emit = emit
+        self.on_block = on_block  # (stream, t_ms, events, app -> class -> in view): scene facts for captions
+        self._block_events: list[Event] = []
+        self.clock = clock
+        self.cutter = BlockCutter(block_frames, block_ms)
+        self.block_ms = block_ms
+        self._lock = threading.Lock()
+        self._wanted: dict[str, AppSpec] = {}  # what the API asked for
+        self._changed = True
+        self.app_status: dict[str, AppStatus] = {}
+        self.snapshots: dict[str, bytes] = {}  # app -> latest annotated frame, JPEG
+        self._snapshot_ms: dict[str, float] = {}
+        self._runners: dict[str, AppRunner] = {}
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"worker-{stream.name}", daemon=True)
+
+    @property
+    def name(self) -> str:
+        return self.stream.name
+
+    def start(self) -> "StreamWorker":
+        self.stream.start()
+        self._thread.start()
+        return self
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        """Stop decoding, finish the blocks in flight and end every open track."""
+        self._stopping.set()
+        self.stream.stop()
+        self._thread.join(timeout_s)
+
+    def set_app(self, spec: AppSpec) -> None:
+        with self._lock:
+            self._wanted[spec.name] = spec
+            self.app_status.setdefault(spec.name, AppStatus())
+            self._changed = True
+
+    def remove_app(self, name: str) -> None:
+        with self._lock:
+            self._wanted.pop(name, None)
+            self.app_status.pop(name, None)
+            self.snapshots.pop(name, None)
+            self._changed = True
+
+    def app_names(self) -> list[str]:
+        with self._lock:
+            return list(self._wanted)
+
+    # -- the worker thread --------------------------------------------------------------------------
+    def _run(self) -> None:
+        pipeline: deque[tuple[InFlight, list[AppRunner]]] = deque()
+        try:
+            for frame in self.stream.frames():
+                block = None
+                if frame is None:  # quiet source: do not hold a partial block forever
+                    block = self.cutter.flush()
+                else:
+                    block = self.cutter.add(frame)
+                if block is None:
+                    continue
+                self._process(block, pipeline)
+            block = self.cutter.flush()
+            if block is not None:
+                self._process(block, pipeline)
+        except Exception:  # a bug here must not take the server down; say so loudly
+            log.exception("stream %s: worker failed", self.name)
+        finally:
+            while pipeline:
+                self._complete(*pipeline.popleft())
+            for runner in self._runners.values():
+                self._emit(runner.app.finish())
+
+    def _process(self, block: FrameBlock, pipeline: deque) -> None:
+        runners = self._sync_apps(block)
+        pipeline.append((submit_block(block, runners, self.engine, self.clock), runners))
+        if len(pipeline) >= PIPELINE_DEPTH:
+            self._complete(*pipeline.popleft())
+
+    def _complete(self, flight: InFlight, runners: list[AppRunner]) -> None:
+        self._block_events = []
+        per_frame = observe_block(flight, runners, self.engine, self._emit)
+        self._snapshot(flight.block, runners, per_frame)
+        if self.on_block is not None:
+            in_view = {}
+            for r in runners:
+                frames = per_frame.get(r.app.name)
+                if frames:
+                    tracked = frames[max(frames)]
+                    counts: dict[str, int] = {}
+                    for cid in tracked.class_id.tolist():
+                        counts[r.app.labels[cid]] = counts.get(r.app.labels[cid], 0) + 1
+                    in_view[r.app.name] = counts
+            try:
+                self.on_block(self.name, float(flight.block.pts_ms[-1]), [e.to_dict() for e in self._block_events],
+                              in_view)
+            except Exception:
+                log.exception("stream %s: scene facts failed", self.name)
+
+    def _emit(self, events: list[Event]) -> None:
+        self._block_events += events
+        if events:
+            try:
+                self.emit(events)
+            except Exception:
+                log.exception("stream %s: could not store %d events", self.name, len(events))
+
+    def _sync_apps(self, block: FrameBlock) -> list[AppRunner]:
+        """Bring the running apps in line with the wanted ones (only between blocks)."""
+        with self._lock:
+            if not self._changed:
+                return list(self._runners.values())
+            wanted = dict(self._wanted)
+            self._changed = False
+        for name in [n for n in self._runners if n not in wanted]:
+            self._emit(self._runners.pop(name).app.finish())
+        fps = self.stream.stats.fps or 15.0
+        for name, spec in wanted.items():
+            runner = self._runners.get(name)
+            if runner is not None:
+                if runner.app.spec != spec:
+                    runner.app.reconfigure(spec)
+                    runner.sampler = FrameSampler(spec.fps)
+                continue
+            self._set_status(name, "loading")
+            try:
+                self._runners[name] = build_runners([spec], self.engine, self.name, block.size, fps)[0]
+                self._set_status(name, "running")
+            except (RunError, ValueError) as exc:
+                log.warning("app %s on stream %s cannot start: %s", name, self.name, exc)
+                self._set_status(name, "failed", str(exc))
+                with self._lock:
+                    self._wanted.pop(name, None)  # do not retry on every block
+        return list(self._runners.values())
+
+    def _set_status(self, name: str, status: str, error: str | None = None) -> None:
+        with self._lock:
+            if name in self.app_status:
+                self.app_status[name] = AppStatus(status, error)
+
+    def _snapshot(self, block: FrameBlock, runners: list[AppRunner],
+                  per_frame: dict[str, dict[int, Detections]]) -> None:
+        now = self.clock()
+        for k, runner in enumerate(runners):
+            name = runner.app.name
+            if now - self._snapshot_ms.get(name, -SNAPSHOT_EVERY_MS) < SNAPSHOT_EVERY_MS:
+                continue
+            results = per_frame.get(name)
+            if not results:
+                continue
+            frame_id = max(results)
+            i = int(np.flatnonzero(block.frame_ids == frame_id)[0])
+            img = block.pixels[i].copy()
+            draw_app(img, runner.app, results[frame_id], k)
+            ok, jpeg = cv2.imencode(".jpg", cv2.cvtColor(img, cv2.COLOR_RGB2BGR), [cv2.IMWRITE_JPEG_QUALITY, 80])
+            if ok:
+                with self._lock:
+                    if name in self.app_status:
+                        self.snapshots[name] = jpeg.tobytes()
+                self._snapshot_ms[name] = now
+
+    def app_counts(self, name: str) -> dict | None:
+        runner = self._runners.get(name)
+        return runner.app.counts() if runner is not None else None
