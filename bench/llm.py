@@ -38,7 +38,7 @@ class LLMBenchOptions:
     quick: bool = False
     repository: Path = ROOT / "configs" / "models"
     model: str = DEFAULT_LLM
-    num_requests: int = 48
+    num_requests: int = 40
     min_tokens: int = 8
     max_tokens: int = 256
     max_batch: int = 32
@@ -119,7 +119,7 @@ def run_llm_bench(opts: LLMBenchOptions, log: Callable[[str], None] = print) -> 
     from transformers import LlamaForCausalLM
 
     torch.manual_seed(opts.seed)
-    n = 24 if opts.quick else opts.num_requests
+    n = 16 if opts.quick else opts.num_requests
     folder = opts.repository / opts.model
     version = max(int(p.name) for p in folder.iterdir() if p.name.isdigit())
     hf = LlamaForCausalLM.from_pretrained(folder / str(version)).eval()
@@ -145,7 +145,7 @@ def run_llm_bench(opts: LLMBenchOptions, log: Callable[[str], None] = print) -> 
                  "p99_bound_s": round(bound_s, 3), "systems": {}}
     for name, run in systems.items():
         best = None
-        rate = 0.25
+        rate = round(1.0 / lat[0], 3)  # one request per unloaded service time: a light load
         trials = []
         while True:  # double the rate until p99 breaks the bound
             lats, span, tokens = run(workload(tok, rate, n, opts))

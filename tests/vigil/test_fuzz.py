@@ -10,7 +10,7 @@ from pathlib import Path
 
 import httpx
 
-from support.processes import VigilServer
+from support.processes import VigilServer, wait_for
 
 
 def test_fuzzing_the_openapi_schema_finds_no_server_errors(tmp_path, short_clip):
@@ -20,6 +20,7 @@ def test_fuzzing_the_openapi_schema_finds_no_server_errors(tmp_path, short_clip)
     srv = VigilServer(tmp_path / "data", extra=["--config", str(config)]).start()
     try:
         with httpx.Client(base_url=srv.url, timeout=60) as api:  # something for the routes to find
+            wait_for(lambda: api.get("/readyz").status_code == 200, 120, "ready (the LLM loaded)")
             assert api.post("/v1/streams", json={"name": "s", "url": str(clip), "loop": True}).status_code == 201
             assert api.post("/v1/apps", json={"name": "m", "source": "s", "detector": "motion"}).status_code == 201
         st = shutil.which("schemathesis", path=str(Path(sys.executable).parent)) or "schemathesis"
