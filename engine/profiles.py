@@ -102,24 +102,45 @@ def device_key(device: str) -> str:
     return f"{device.split(':')[0]}:{name}:torch{torch.__version__}".replace(" ", "_").replace("/", "_")
 
 
+SUPERLINEAR = 2.0  # a size slower than twice linear growth from the previous one is suspect
+MAX_RETRIES = 2
+
+
 def measure(run_batch: Callable[[int], None], batch_sizes: tuple[int, ...], fragment_hash: str, dev_key: str,
             warmup: int = 2, repeats: int = 7, synchronize: Callable[[], None] = lambda: None,
-            timer: Callable[[], float] = time.perf_counter) -> Profile:
+            timer: Callable[[], float] = time.perf_counter, retry_start: bool = True) -> Profile:
     """Time `run_batch(b)` for each size; the first `warmup` runs of each size are discarded."""
-    means, stds = [], []
-    for b in batch_sizes:
-        for _ in range(warmup):
-            run_batch(b)
-        synchronize()
-        samples = []
+    def sample(b: int) -> tuple[float, float]:
+        times = []
         for _ in range(repeats):
             t0 = timer()
             run_batch(b)
             synchronize()
-            samples.append((timer() - t0) * 1000.0)
+            times.append((timer() - t0) * 1000.0)
         # the median is robust to a stray context switch; the spread to the rest
-        means.append(float(np.median(samples)))
-        stds.append(float(np.std(samples)))
+        return float(np.median(times)), float(np.std(times))
+
+    means, stds = [], []
+    for i, b in enumerate(batch_sizes):
+        for _ in range(warmup):
+            run_batch(b)
+        synchronize()
+        mean, std = sample(b)
+        # Another process taking the cores for a while makes a size look far slower
+        # than linear growth allows; measure it again and keep the quicker reading.
+        for _ in range(MAX_RETRIES):
+            if i == 0 or mean <= SUPERLINEAR * means[-1] * b / batch_sizes[i - 1]:
+                break
+            again = sample(b)
+            if again[0] < mean:
+                mean, std = again
+        means.append(mean)
+        stds.append(std)
+    # The same for the start: batch 1 timed again at the end, much quicker than at the
+    # start, means the cores were busy at the start; measure everything once more.
+    if retry_start and len(batch_sizes) > 1 and sample(batch_sizes[0])[0] * SUPERLINEAR < means[0]:
+        return measure(run_batch, batch_sizes, fragment_hash, dev_key, warmup, repeats, synchronize, timer,
+                       retry_start=False)
     # A bigger batch never takes less time; a dip is noise (another process had the
     # cores), and planning on it would overfill batches.
     means = np.maximum.accumulate(means).tolist()
