@@ -106,7 +106,9 @@ class Rollups:
                 dropped.update(r["dropped"])
             span = min(window_s, max(self.interval_s, self.clock() - (rows[0]["t_s"] if rows else
                                                                        (w.t_s if w else self.clock()))))
+            # requests that arrived just before the window may complete inside it
+            settled = max(arrived, completed + sum(dropped.values()))
             return {"window_s": window_s, "arrived": arrived, "completed": completed,
-                    "slo_attainment": round(within / arrived, 4) if arrived else None,
+                    "slo_attainment": round(within / settled, 4) if settled else None,
                     "throughput_fps": round(completed / span, 2) if span > 0 else 0.0,
                     "dropped": dict(dropped)}
