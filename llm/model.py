@@ -202,6 +202,22 @@ class LlamaModel(nn.Module):
         cos, sin = cos_all[batch.positions], sin_all[batch.positions]
         x = self.embed_tokens(batch.token_ids)  # [T, H]
         block_size = batch.block_size
+        device = x.device
+        # Decoding requests (one new token each) attend in one call: each query against
+        # its own request's cache slots, gathered through its block table into a padded
+        # [D, C_max] table with a mask (what a paged-attention kernel does). Prefill
+        # chunks attend one request at a time with a causal mask.
+        decode = [s for s in batch.seqs if s.num_tokens == 1]
+        prefill = [s for s in batch.seqs if s.num_tokens > 1]
+        if decode:
+            c_max = max(s.context_len for s in decode)
+            dec_rows = torch.tensor([s.start for s in decode], device=device)
+            dec_slots = torch.zeros(len(decode), c_max, dtype=torch.int64, device=device)
+            for r, s in enumerate(decode):
+                dec_slots[r, :s.context_len] = _slots_of(s.block_table, s.context_len, block_size, device)
+            lengths = torch.tensor([s.context_len for s in decode], device=device)
+            dec_mask = (torch.arange(c_max, device=device)[None, :] < lengths[:, None])[:, None, None, :]
+        pre_slots = [_slots_of(s.block_table, s.context_len, block_size, device) for s in prefill]
         for i, layer in enumerate(self.layers):
             h = layer.input_layernorm(x)
             t = h.shape[0]
@@ -211,8 +227,9 @@ class LlamaModel(nn.Module):
             kv[i, 0, batch.slots] = k
             kv[i, 1, batch.slots] = v
             out = torch.empty_like(q)
-            for s in batch.seqs:  # attention per request, against its own cache blocks
-                ctx = _slots_of(s.block_table, s.context_len, block_size, kv.device)
+            if decode:
+                out[dec_rows] = _attend_decode(q[dec_rows], kv[i, 0][dec_slots], kv[i, 1][dec_slots], dec_mask, layer)
+            for s, ctx in zip(prefill, pre_slots):  # attention per request, against its own cache blocks
                 keys, values = kv[i, 0, ctx], kv[i, 1, ctx]  # [C, kv_heads, d]
                 qs = q[s.start:s.start + s.num_tokens]
                 out[s.start:s.start + s.num_tokens] = _attend(qs, keys, values, layer, s.context_len)
@@ -229,20 +246,25 @@ def _slots_of(block_table: list[int], context_len: int, block_size: int, device)
     return slots[:context_len]
 
 
+def _attend_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, layer: Layer) -> torch.Tensor:
+    """q [D, heads, d]; k, v [D, C, kv_heads, d]; mask [D, 1, 1, C] -> [D, heads, d]."""
+    # grouped-query attention without copying K/V per query head
+    out = F.scaled_dot_product_attention(q[:, :, None, :], k.transpose(1, 2), v.transpose(1, 2), attn_mask=mask,
+                                         scale=layer.scale, enable_gqa=layer.num_heads != layer.num_kv)
+    return out[:, :, 0, :]
+
+
 def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: Layer, context_len: int) -> torch.Tensor:
     """q [n, heads, d] at positions context_len - n .. context_len - 1; k, v [C, kv_heads, d]."""
     n = q.shape[0]
-    groups = layer.num_heads // layer.num_kv
-    if groups > 1:
-        k = k.repeat_interleave(groups, dim=1)
-        v = v.repeat_interleave(groups, dim=1)
+    gqa = layer.num_heads != layer.num_kv
     qh, kh, vh = q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1)  # [heads, n|C, d]
     if n == 1:
-        out = F.scaled_dot_product_attention(qh, kh, vh, scale=layer.scale)
+        out = F.scaled_dot_product_attention(qh, kh, vh, scale=layer.scale, enable_gqa=gqa)
     else:
         q_pos = torch.arange(context_len - n, context_len, device=q.device)[:, None]
         mask = torch.arange(context_len, device=q.device)[None, :] <= q_pos  # [n, C] causal
-        out = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=mask, scale=layer.scale)
+        out = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=mask, scale=layer.scale, enable_gqa=gqa)
     return out.transpose(0, 1)
 
 

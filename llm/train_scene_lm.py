@@ -47,18 +47,16 @@ def _clock(ms: float) -> str:
 
 
 def random_facts(rng: random.Random) -> SceneFacts:
-    """Random facts spanning what a busy clip shows (two-digit crowds, several crossings)."""
     t0 = rng.randint(0, 600) * 1000.0
     f = SceneFacts("cam", t0, t0 + rng.choice([1000, 2000, 3000, 4000]))
-    f.objects["person"] = rng.choice([0, 1, 2, 3, 4, 5, 6, 8]) if rng.random() < 0.5 else rng.randint(0, 29)
-    f.objects["car"] = rng.randint(0, 9)
-    f.objects["bike"] = rng.choice([0, 0, 0, 1, 1, 2, 3])
-    for line in rng.sample(LINES, rng.randint(0, 3)):
-        for c in rng.sample(CLASSES, rng.randint(1, 3)):
-            f.crossings.setdefault(line, {})[c] = {d: rng.choice([0, 0, 1, 1, 2, 3, 4, 5]) for d in ("in", "out")}
+    for c in CLASSES:
+        f.objects[c] = rng.choice([0, 0, 1, 1, 2, 3, 4, 5, 6, 8, 11]) if c != "bike" else rng.choice([0, 0, 0, 1, 2])
+    for line in rng.sample(LINES, rng.randint(0, 2)):
+        for c in rng.sample(CLASSES, rng.randint(1, 2)):
+            f.crossings.setdefault(line, {})[c] = {d: rng.choice([0, 1, 1, 2, 3]) for d in ("in", "out")}
     for bucket in (f.entered, f.left):
         for c in rng.sample(CLASSES, rng.randint(0, 2)):
-            bucket[c] = rng.randint(1, 4)
+            bucket[c] = rng.randint(1, 3)
     return f
 
 
@@ -129,7 +127,7 @@ def corpus(num_random: int, clip_seeds: list[int], seed: int) -> list[str]:
         for f in clip_facts(s, rng):
             texts.append(f"{caption_prompt(f)} {caption_text(f)}")
     for _ in range(num_random):
-        if rng.random() < 0.65:  # captions are the longer copying task
+        if rng.random() < 0.5:
             f = random_facts(rng)
             texts.append(f"{caption_prompt(f)} {caption_text(f)}")
         else:
@@ -155,7 +153,7 @@ def train_tokenizer(texts: list[str], vocab_size: int):
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
-    parser.add_argument("--steps", type=int, default=2400)
+    parser.add_argument("--steps", type=int, default=1500)
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--samples", type=int, default=60_000)
     parser.add_argument("--seed", type=int, default=0)
@@ -165,7 +163,7 @@ def main() -> int:
     torch.manual_seed(args.seed)
     torch.set_num_threads(max(1, torch.get_num_threads()))
     started = time.time()
-    texts = corpus(args.samples, clip_seeds=list(range(2000, 2016)), seed=args.seed)
+    texts = corpus(args.samples, clip_seeds=list(range(2000, 2012)), seed=args.seed)
     tok = train_tokenizer(texts, vocab_size=640)
     pad, bos, eos = (tok.token_to_id(t) for t in (PAD, BOS, EOS))
     encoded = [[bos, *tok.encode(t).ids, eos] for t in texts]
