@@ -9,7 +9,6 @@ DEADLINE_EXCEEDED or RESOURCE_EXHAUSTED.
 
 from __future__ import annotations
 
-import hmac
 from concurrent import futures
 from typing import TYPE_CHECKING, Iterable, Iterator
 
@@ -78,12 +77,7 @@ class VigilServicer(pb_grpc.VigilServicer):
         self.engine = service.engine
 
     def _auth(self, context: grpc.ServicerContext) -> None:
-        keys = self.service.settings.api_keys
-        if not keys:
-            return
-        meta = dict(context.invocation_metadata())
-        scheme, _, token = meta.get("authorization", "").partition(" ")
-        if scheme.lower() != "bearer" or not any(hmac.compare_digest(token.encode(), k.encode()) for k in keys):
+        if not self.service.settings.authorized(dict(context.invocation_metadata()).get("authorization")):
             context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or invalid API key: send metadata "
                                                            "'authorization: Bearer KEY'")
 

@@ -3,6 +3,7 @@ environment (only here: `VIGIL_API_KEYS`), then passed down."""
 
 from __future__ import annotations
 
+import hmac
 import os
 from pathlib import Path
 from typing import Any
@@ -42,6 +43,15 @@ class Settings(BaseModel):
     llm_model: str | None = Field("scene-lm", description="LLM in the model repository; null: no LLM")
     caption_every_s: float = Field(10.0, ge=0, description="caption each stream this often; 0: never")
     limits: Limits = Field(default_factory=Limits)
+
+    def authorized(self, authorization: str | None) -> bool:
+        """An `Authorization` header (or gRPC metadata) value is good when no keys are
+        configured, or it is `Bearer KEY` for one of them (compared in constant time)."""
+        if not self.api_keys:
+            return True
+        scheme, _, token = (authorization or "").partition(" ")
+        return scheme.lower() == "bearer" and any(hmac.compare_digest(token.encode(), k.encode())
+                                                   for k in self.api_keys)
 
     def __repr__(self) -> str:  # never print keys
         return f"Settings(host={self.host!r}, port={self.port}, keys={len(self.api_keys)})"
