@@ -144,9 +144,12 @@ class EngineMetrics:
                 merged.latencies_ms.extend(s.latencies_ms)
             return merged.to_dict()
 
+    def batch_histograms(self) -> dict[str, dict[str, int]]:
+        """`model/fragment` -> {batch size: batches run}."""
+        with self._lock:
+            return {k: {str(b): n for b, n in sorted(c.items())} for k, c in self.batch_sizes.items()}
+
     def snapshot(self) -> dict:
         with self._lock:
-            return {
-                "apps": {f"{a}|{m}|{v}": s.to_dict() for (a, m, v), s in sorted(self.by_app.items())},
-                "batch_sizes": {k: {str(b): n for b, n in sorted(c.items())} for k, c in self.batch_sizes.items()},
-            }
+            apps = {f"{a}|{m}|{v}": s.to_dict() for (a, m, v), s in sorted(self.by_app.items())}
+        return {"apps": apps, "batch_sizes": self.batch_histograms()}

@@ -365,7 +365,8 @@ class Vigil:
         total = self.engine.metrics.app_summary(name)
         minute = self.rollups.summary(name, 60.0)
         hour = self.rollups.summary(name, 3600.0)
-        batches = self.engine.metrics.snapshot()["batch_sizes"]
+        # only the batch histograms: a snapshot would take percentiles of every app
+        batches = self.engine.metrics.batch_histograms()
         return {"app": name, "slo_ms": spec.slo_ms, "slo_attainment": total["slo_attainment"],
                 "slo_attainment_1m": minute["slo_attainment"], "slo_attainment_1h": hour["slo_attainment"],
                 "latency_ms": total["latency_ms"], "throughput_fps": minute["throughput_fps"],
@@ -459,9 +460,10 @@ class Vigil:
     # -- overview (dashboard) -----------------------------------------------------------------------
     def overview(self) -> dict:
         apps = []
+        streams_now = self.streams()
         for a in self.list_apps():
             m = self.app_metrics(a["name"])
-            streams = [s for s in self.streams() if s["name"] == a["spec"]["source"]]
+            streams = [s for s in streams_now if s["name"] == a["spec"]["source"]]
             apps.append({"name": a["name"], "status": a["status"], "error": a["error"],
                          "detector": a["spec"]["detector"], "slo_ms": m["slo_ms"],
                          "attainment_1m": m["slo_attainment_1m"], "attainment_1h": m["slo_attainment_1h"],
@@ -469,4 +471,4 @@ class Vigil:
                          "dropped": m["dropped"], "batch_size": m["batch_size"], "counts": a["counts"],
                          "streams": [{k: s[k] for k in ("name", "status", "last_error", "reconnects",
                                                          "frames_decoded", "frames_dropped")} for s in streams]})
-        return {"apps": apps, "streams": self.streams(), "ready": self.ready}
+        return {"apps": apps, "streams": streams_now, "ready": self.ready}
