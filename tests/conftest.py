@@ -1,4 +1,3 @@
-import json
 import sys
 from pathlib import Path
 
@@ -7,18 +6,13 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
-SAMPLE_DIR = ROOT / "sample_videos"
-BUNDLED = sorted(SAMPLE_DIR.glob("*.mp4"))
+from support.clips import BUNDLED  # noqa: E402  (after the path is set)
 
 
 @pytest.fixture(scope="session")
 def bundled_clips() -> list[Path]:
     assert BUNDLED, "no bundled clips in sample_videos/"
     return BUNDLED
-
-
-def load_truth(clip: Path) -> dict:
-    return json.loads(clip.with_name(clip.stem + ".gt.json").read_text())
 
 
 @pytest.fixture(scope="session")

@@ -8,7 +8,7 @@ import av
 import pytest
 
 from apps.spec import load_spec
-from conftest import BUNDLED, load_truth
+from support.clips import BUNDLED, load_truth
 from sample_videos.render import RenderConfig, write_clip
 from vigil.offline import RunOptions, run_offline
 
