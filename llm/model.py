@@ -255,16 +255,14 @@ def _attend_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torc
 
 
 def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: Layer, context_len: int) -> torch.Tensor:
-    """q [n, heads, d] at positions context_len - n .. context_len - 1; k, v [C, kv_heads, d]."""
+    """A prefill chunk: q [n, heads, d] at positions context_len - n .. context_len - 1;
+    k, v [C, kv_heads, d]."""
     n = q.shape[0]
-    gqa = layer.num_heads != layer.num_kv
     qh, kh, vh = q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1)  # [heads, n|C, d]
-    if n == 1:
-        out = F.scaled_dot_product_attention(qh, kh, vh, scale=layer.scale, enable_gqa=gqa)
-    else:
-        q_pos = torch.arange(context_len - n, context_len, device=q.device)[:, None]
-        mask = torch.arange(context_len, device=q.device)[None, :] <= q_pos  # [n, C] causal
-        out = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=mask, scale=layer.scale, enable_gqa=gqa)
+    q_pos = torch.arange(context_len - n, context_len, device=q.device)[:, None]
+    mask = torch.arange(context_len, device=q.device)[None, :] <= q_pos  # [n, C] causal
+    out = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=mask, scale=layer.scale,
+                                         enable_gqa=layer.num_heads != layer.num_kv)
     return out.transpose(0, 1)
 
 

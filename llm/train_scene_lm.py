@@ -23,7 +23,8 @@ from pathlib import Path
 
 import torch
 
-from llm.facts import CLASSES, Aggregate, SceneFacts, answer_prompt, answer_text, caption_prompt, caption_text
+from llm.facts import (CLASSES, PLURAL, Aggregate, SceneFacts, answer_prompt, answer_text, caption_prompt,
+                       caption_text, clock)
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = ROOT / "configs" / "models" / "scene-lm" / "1"
@@ -38,12 +39,6 @@ QUESTIONS = {
     "last": ["when was the last {c} seen{span}?", "when did the last {c} appear{span}?"],
     "zone": ["was there a {c} in {zone}{span}?", "were any {p} in {zone}{span}?", "how many {p} were in {zone}{span}?"],
 }
-
-
-def _clock(ms: float) -> str:
-    from llm.facts import clock
-
-    return clock(ms)
 
 
 def random_facts(rng: random.Random) -> SceneFacts:
@@ -98,26 +93,20 @@ def random_aggregate(rng: random.Random) -> tuple[Aggregate, str]:
     if rng.random() < 0.7:
         t_from = rng.randint(0, 590) * 1000.0
         t_to = t_from + rng.randint(1, 120) * 1000.0
-    span = f" between {_clock(t_from)} and {_clock(t_to)}" if t_from is not None else ""
+    span = f" between {clock(t_from)} and {clock(t_to)}" if t_from is not None else ""
     if kind == "count":
         d = rng.choice([None, None, "in", "out"])
         a = Aggregate("count", c, t_from, t_to, line=rng.choice(LINES), direction=d,
                       n=rng.choice([0, 1, 2, 3, 4, 5, 7, 9, 12, 15, 23, 31]))
-        q = rng.choice(QUESTIONS["count"]).format(p=noun_plural(c), line=a.line, way=f" {d}" if d else "", span=span)
+        q = rng.choice(QUESTIONS["count"]).format(p=PLURAL[c], line=a.line, way=f" {d}" if d else "", span=span)
     elif kind in ("first", "last"):
         t = None if rng.random() < 0.1 else rng.randint(0, 900) * 1000.0
         a = Aggregate(kind, c, t_from, t_to, t_ms=t)
         q = rng.choice(QUESTIONS[kind]).format(c=c, span=span)
     else:
         a = Aggregate("zone", c, t_from, t_to, zone=rng.choice(ZONES), n=rng.choice([0, 0, 1, 2, 3, 5]))
-        q = rng.choice(QUESTIONS["zone"]).format(c=c, p=noun_plural(c), zone=a.zone, span=span)
+        q = rng.choice(QUESTIONS["zone"]).format(c=c, p=PLURAL[c], zone=a.zone, span=span)
     return a, q
-
-
-def noun_plural(c: str) -> str:
-    from llm.facts import PLURAL
-
-    return PLURAL[c]
 
 
 def corpus(num_random: int, clip_seeds: list[int], seed: int) -> list[str]:

@@ -275,7 +275,8 @@ class ManagedStream:
                         continue
                     for f in decoded:
                         image = f.to_ndarray(format="rgb24")
-                        self._set(width=image.shape[1], height=image.shape[0])
+                        if self.stats.height != image.shape[0] or self.stats.width != image.shape[1]:
+                            self._set(width=image.shape[1], height=image.shape[0])
                         yield self._frame(self.wall_ms(), image)
             except av.error.FFmpegError as exc:
                 raise SourceError(f"{self.redacted}: read failed: {_reason(exc)}") from None
