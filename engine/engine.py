@@ -1,7 +1,7 @@
 """The engine: one per device. Requests in, results out; schedule -> execute -> update.
 
 Narrow boundary (so a cluster layer can wrap each engine as an actor): `submit_many`,
-`load` / `unload` / `reload` / `set_label`, `profiles`, `load_report`, `metrics`, `close`.
+`load` / `ensure_loaded` / `unload` / `reload` / `set_label`, `profiles`, `load_report`, `metrics`, `close`.
 
 A request names a model (and version or label), one frame and the labels it needs.
 Its path is the fragments from the model's root to the heads that detect those labels.
@@ -171,6 +171,13 @@ class Engine:
         loaded = self.manager.load(name, versions)
         self._mark_random(name)
         return loaded
+
+    def ensure_loaded(self, name: str) -> None:
+        """Load a model unless some version of it is loaded (cheap on the request path)."""
+        with self.manager.lock:
+            if self.manager.versions.get(name):
+                return
+        self.load(name)
 
     def unload(self, name: str, version: int | None = None) -> list[int]:
         return self.manager.unload(name, version)

@@ -87,8 +87,7 @@ class VigilServicer(pb_grpc.VigilServicer):
             context.abort(grpc.StatusCode.NOT_FOUND, f"no model {name!r} in the repository")
         ref = _version_ref(spec)
         try:
-            if name not in self.engine.models():
-                self.engine.load(name)
+            self.engine.ensure_loaded(name)
             with self.engine.manager.lock:
                 servable = self.engine.manager.resolve(name, ref)
                 labels = tuple(servable.model.spec.labels)

@@ -439,8 +439,7 @@ class Vigil:
 
     def set_label(self, name: str, label: str, version: int) -> dict:
         def apply() -> None:
-            if name not in self.engine.models():
-                self.engine.load(name)  # a label points at a loaded version
+            self.engine.ensure_loaded(name)  # a label points at a loaded version
             self.engine.set_label(name, label, version)
 
         self._model_call(name, apply)
