@@ -21,13 +21,6 @@ from llm.tokenizer import Tokenizer
 DEFAULT_LLM = "scene-lm"
 
 
-def llm_model_names(root: Path) -> list[str]:
-    root = Path(root)
-    if not root.is_dir():
-        return []
-    return sorted(p.name for p in root.iterdir() if p.is_dir() and _versions(p))
-
-
 def _versions(folder: Path) -> list[int]:
     return sorted(int(v.name) for v in folder.iterdir()
                   if v.is_dir() and v.name.isdigit() and (v / "config.json").exists() and (v / "tokenizer.json").exists())
