@@ -74,10 +74,7 @@ def test_captions_name_the_right_classes_and_counts(engine):
     right = [caption_counts(c) == {k: v for k, v in f.objects.items() if v} for f, c in zip(facts, captions)]
     exact = [c == caption_text(f) for f, c in zip(facts, captions)]
     print(f"captions: counts right {sum(right)}/{len(right)}, word for word {sum(exact)}/{len(exact)}")
-    # scene-lm version 1 gets 16 of these 25 windows right (two-digit crowds and long
-    # lists of crossings are its misses); the goal is 0.9 and a retrained version must
-    # reach it. This bar guards against a regression until then.
-    assert sum(right) / len(right) >= 0.6
+    assert sum(right) / len(right) >= 0.9
 
 
 def clip_questions(truth: dict, rng: random.Random) -> list[tuple[str, str]]:
