@@ -86,6 +86,8 @@ class LLMRequest:
     blocks: list[int] = field(default_factory=list)
     generator: torch.Generator | None = None
     text: str = ""  # detokenized output so far (stop strings cut here)
+    prefix_offset: int = 0  # incremental detokenization: output_ids[prefix_offset:read_offset] were
+    read_offset: int = 0  # decoded last time, as the context for the next piece
     sent: int = 0  # characters of `text` already streamed
     finish_reason: str | None = None
     first_token_s: float | None = None
@@ -277,11 +279,12 @@ class LLMEngine:
     def _update(self, scheduled: list[tuple[LLMRequest, int]], logits: torch.Tensor) -> list[LLMRequest]:
         finished = []
         now = self.clock()
-        for (req, n), row in zip(scheduled, logits):
+        greedy = logits.argmax(dim=-1).tolist()  # one call for the whole batch, not one per request
+        for (req, n), row, best in zip(scheduled, logits, greedy):
             req.num_computed_tokens += n
             if req.request_id in self._aborted or req.num_computed_tokens < req.num_tokens:
                 continue  # a prefill chunk: no token yet
-            token = sample(row, req.params, req.generator)
+            token = best if req.params.temperature == 0.0 else sample(row, req.params, req.generator)
             req.output_ids.append(token)
             self.metrics.generation_tokens.inc()
             if req.first_token_s is None:
@@ -300,7 +303,7 @@ class LLMEngine:
 
     def _check_stop(self, req: LLMRequest, token: int) -> str | None:
         p = req.params
-        req.text = self.tokenizer.decode(req.output_ids)
+        self._detokenize(req)
         if not p.ignore_eos and token in self.tokenizer.eos_ids:
             req.output_ids.pop()  # the end marker is not part of the answer
             req.text = self.tokenizer.decode(req.output_ids)
@@ -311,8 +314,22 @@ class LLMEngine:
                 req.text = req.text[:cut]
                 return "stop"
         if len(req.output_ids) >= p.max_tokens:
+            req.text = self.tokenizer.decode(req.output_ids)  # with any character still incomplete
             return "length"
         return None
+
+    def _detokenize(self, req: LLMRequest) -> None:
+        """Appends the new token's text, decoding only the tokens since the last piece
+        (decoding the whole output at every token is quadratic in its length). The
+        previous piece's tokens are decoded with it, so a decoder that depends on the
+        token before (a word-start marker, a multi-byte character) comes out the same as
+        decoding everything; a trailing incomplete character waits for the next token."""
+        ids = req.output_ids
+        before = self.tokenizer.decode(ids[req.prefix_offset:req.read_offset])
+        after = self.tokenizer.decode(ids[req.prefix_offset:])
+        if len(after) > len(before) and not after.endswith("\ufffd"):
+            req.text += after[len(before):]
+            req.prefix_offset, req.read_offset = req.read_offset, len(ids)
 
     def _stream(self, req: LLMRequest, final: str | None = None) -> None:
         # hold back text that could be the start of a stop string

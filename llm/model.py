@@ -196,41 +196,47 @@ class LlamaModel(nn.Module):
 
     @torch.inference_mode()
     def forward(self, batch: Batch, kv: torch.Tensor) -> torch.Tensor:
-        """Runs one step; writes the new K/V into `kv` [layers, 2, slots, kv_heads, head_dim]
+        """Runs one step; writes the new K/V into `kv` [layers, 2, blocks, kv_heads, block_size, head_dim]
         and returns logits of each sequence's last token this step: [num_seqs, vocab]."""
         cos_all, sin_all = self.rope()
         cos, sin = cos_all[batch.positions], sin_all[batch.positions]
         x = self.embed_tokens(batch.token_ids)  # [T, H]
-        block_size = batch.block_size
+        bs = batch.block_size
         device = x.device
-        # Decoding requests (one new token each) attend in one call: each query against
-        # its own request's cache slots, gathered through its block table into a padded
-        # [D, C_max] table with a mask (what a paged-attention kernel does). Prefill
-        # chunks attend one request at a time with a causal mask.
+        slot_block, slot_offset = batch.slots // bs, batch.slots % bs
+        # Decoding requests (one new token each) attend in one call, each query against
+        # its own request's cache blocks gathered whole through a padded [D, B_max] block
+        # table, with a mask over the padding. The blocks are used as they lie (attention
+        # by block, then a softmax across blocks) rather than copied into one sequence:
+        # copying is most of a decode step on a CPU (and index_select, not indexing with
+        # a tensor, which is several times slower on a CPU). Prefill chunks attend one request
+        # at a time with a causal mask.
         decode = [s for s in batch.seqs if s.num_tokens == 1]
         prefill = [s for s in batch.seqs if s.num_tokens > 1]
         if decode:
-            c_max = max(s.context_len for s in decode)
+            b_max = max(-(-s.context_len // bs) for s in decode)
             dec_rows = torch.tensor([s.start for s in decode], device=device)
-            dec_slots = torch.zeros(len(decode), c_max, dtype=torch.int64, device=device)
-            for r, s in enumerate(decode):
-                dec_slots[r, :s.context_len] = _slots_of(s.block_table, s.context_len, block_size, device)
+            dec_tables = torch.tensor([s.block_table[:b_max] + [0] * (b_max - len(s.block_table[:b_max]))
+                                       for s in decode], device=device).view(-1)
+            dec_shape = (len(decode), b_max, *kv.shape[3:])  # [D, B_max, kv_heads, bs, d]
             lengths = torch.tensor([s.context_len for s in decode], device=device)
-            dec_mask = (torch.arange(c_max, device=device)[None, :] < lengths[:, None])[:, None, None, :]
-        pre_slots = [_slots_of(s.block_table, s.context_len, block_size, device) for s in prefill]
+            positions = torch.arange(b_max * bs, device=device).view(1, b_max, 1, 1, bs)
+            dec_mask = positions < lengths.view(-1, 1, 1, 1, 1)  # [D, B_max, 1, 1, bs]
+        pre_tables = [torch.tensor(s.block_table[:-(-s.context_len // bs)], device=device) for s in prefill]
         for i, layer in enumerate(self.layers):
             h = layer.input_layernorm(x)
             t = h.shape[0]
             q = apply_rope(layer.q_proj(h).view(t, layer.num_heads, layer.head_dim), cos, sin)
             k = apply_rope(layer.k_proj(h).view(t, layer.num_kv, layer.head_dim), cos, sin)
             v = layer.v_proj(h).view(t, layer.num_kv, layer.head_dim)
-            kv[i, 0, batch.slots] = k
-            kv[i, 1, batch.slots] = v
+            kv[i, 0, slot_block, :, slot_offset] = k
+            kv[i, 1, slot_block, :, slot_offset] = v
             out = torch.empty_like(q)
             if decode:
-                out[dec_rows] = _attend_decode(q[dec_rows], kv[i, 0][dec_slots], kv[i, 1][dec_slots], dec_mask, layer)
-            for s, ctx in zip(prefill, pre_slots):  # attention per request, against its own cache blocks
-                keys, values = kv[i, 0, ctx], kv[i, 1, ctx]  # [C, kv_heads, d]
+                keys, values = (kv[i, j].index_select(0, dec_tables).view(*dec_shape) for j in (0, 1))
+                out[dec_rows] = _attend_decode(q[dec_rows], keys, values, dec_mask, layer)
+            for s, table in zip(prefill, pre_tables):  # attention per request, against its own cache blocks
+                keys, values = (kv[i, j].index_select(0, table).transpose(0, 1).flatten(1, 2)[:, :s.context_len] for j in (0, 1))
                 qs = q[s.start:s.start + s.num_tokens]
                 out[s.start:s.start + s.num_tokens] = _attend(qs, keys, values, layer, s.context_len)
             x = x + layer.o_proj(out.view(t, -1))
@@ -240,33 +246,37 @@ class LlamaModel(nn.Module):
         return self.lm_head(self.norm(x[last]))
 
 
-def _slots_of(block_table: list[int], context_len: int, block_size: int, device) -> torch.Tensor:
-    blocks = torch.tensor(block_table, dtype=torch.int64, device=device)
-    slots = (blocks[:, None] * block_size + torch.arange(block_size, device=device)[None, :]).reshape(-1)
-    return slots[:context_len]
-
-
 def _attend_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, layer: Layer) -> torch.Tensor:
-    """q [D, heads, d]; k, v [D, C, kv_heads, d]; mask [D, 1, 1, C] -> [D, heads, d]."""
-    # grouped-query attention without copying K/V per query head
-    out = F.scaled_dot_product_attention(q[:, :, None, :], k.transpose(1, 2), v.transpose(1, 2), attn_mask=mask,
-                                         scale=layer.scale, enable_gqa=layer.num_heads != layer.num_kv)
-    return out[:, :, 0, :]
+    """q [D, heads, d]; k, v [D, B, kv_heads, bs, d] (each request's blocks); mask
+    [D, B, 1, 1, bs] -> [D, heads, d].
+
+    Grouped-query attention without repeating K/V: the query heads that share a kv head
+    are one [group, d] block (heads h*g .. h*g+g-1 read kv head h, as HF's repeat_kv).
+    Scores are taken block by block, normalised by one softmax across all of a request's
+    blocks, and the weighted values summed over the blocks."""
+    d_, kv_heads, d = q.shape[0], layer.num_kv, layer.head_dim
+    qg = q.view(d_, 1, kv_heads, -1, d)
+    scores = torch.matmul(qg, k.transpose(-1, -2)) * layer.scale  # [D, B, kv_heads, g, bs]
+    scores = scores.masked_fill(~mask, float("-inf"))
+    weights = torch.exp(scores - scores.amax(dim=(1, 4), keepdim=True))
+    weights = weights / weights.sum(dim=(1, 4), keepdim=True)
+    out = torch.matmul(weights, v).sum(dim=1)  # [D, kv_heads, g, d]
+    return out.reshape(d_, layer.num_heads, d)
 
 
 def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: Layer, context_len: int) -> torch.Tensor:
     """A prefill chunk: q [n, heads, d] at positions context_len - n .. context_len - 1;
-    k, v [C, kv_heads, d]."""
+    k, v [kv_heads, C, d]."""
     n = q.shape[0]
-    qh, kh, vh = q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1)  # [heads, n|C, d]
     q_pos = torch.arange(context_len - n, context_len, device=q.device)[:, None]
     mask = torch.arange(context_len, device=q.device)[None, :] <= q_pos  # [n, C] causal
-    out = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=mask, scale=layer.scale,
+    out = F.scaled_dot_product_attention(q.transpose(0, 1), k, v, attn_mask=mask, scale=layer.scale,
                                          enable_gqa=layer.num_heads != layer.num_kv)
     return out.transpose(0, 1)
 
 
 def new_kv_cache(cfg: LlamaConfig, num_blocks: int, block_size: int, device: str = "cpu") -> torch.Tensor:
-    """[layers, 2, num_blocks * block_size, kv_heads, head_dim] float32, zeroed."""
-    return torch.zeros(cfg.num_hidden_layers, 2, num_blocks * block_size, cfg.num_key_value_heads, cfg.head_dim,
+    """[layers, 2, num_blocks, kv_heads, block_size, head_dim] float32, zeroed: a block
+    holds each kv head's keys (or values) as one contiguous [block_size, head_dim] tile."""
+    return torch.zeros(cfg.num_hidden_layers, 2, num_blocks, cfg.num_key_value_heads, block_size, cfg.head_dim,
                        device=device)
