@@ -15,6 +15,7 @@ Checkpoints load from a local Hugging Face directory: `config.json` and
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -100,6 +101,23 @@ class Batch:
     block_size: int
 
 
+class Workspace:
+    """Scratch tensors reused from step to step for a step's large temporaries (the
+    gathered K/V blocks, several MB a layer). Allocated afresh, each goes to mmap and
+    back every layer, page faults included, which made a decode step 1.4x slower on
+    a CPU; one buffer per name, grown when a step needs more, avoids that."""
+
+    def __init__(self) -> None:
+        self._buffers: dict[str, torch.Tensor] = {}
+
+    def get(self, name: str, shape: tuple[int, ...], like: torch.Tensor) -> torch.Tensor:
+        n = math.prod(shape)
+        buf = self._buffers.get(name)
+        if buf is None or buf.numel() < n or buf.dtype != like.dtype or buf.device != like.device:
+            buf = self._buffers[name] = torch.empty(n, dtype=like.dtype, device=like.device)
+        return buf[:n].view(shape)
+
+
 class RMSNorm(nn.Module):
     def __init__(self, dim: int, eps: float) -> None:
         super().__init__()
@@ -144,6 +162,24 @@ class Layer(nn.Module):
         self.post_attention_layernorm = RMSNorm(h, cfg.rms_norm_eps)
         self.num_heads, self.num_kv, self.head_dim = cfg.num_attention_heads, cfg.num_key_value_heads, d
         self.scale = d ** -0.5
+        self.qkv_weight: torch.Tensor | None = None
+        self.gate_up_weight: torch.Tensor | None = None
+
+    @torch.no_grad()
+    def fuse(self) -> None:
+        """One weight for q, k and v, one for gate and up: two matmuls a layer fewer, and
+        a step on a CPU is mostly per-call cost. The projections' own weights become
+        views into the fused ones, so nothing is stored twice and the state dict keeps
+        Hugging Face's names."""
+        for fused_name, parts in (("qkv_weight", (self.q_proj, self.k_proj, self.v_proj)),
+                                  ("gate_up_weight", (self.gate_proj, self.up_proj))):
+            fused = torch.cat([m.weight for m in parts])
+            setattr(self, fused_name, fused)
+            row = 0
+            for m in parts:
+                n = m.weight.shape[0]
+                m.weight = nn.Parameter(fused[row:row + n], requires_grad=False)
+                row += n
 
 
 class LlamaModel(nn.Module):
@@ -155,6 +191,7 @@ class LlamaModel(nn.Module):
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
         self._rope: tuple[torch.Tensor, torch.Tensor] | None = None
+        self.workspace = Workspace()
 
     @classmethod
     def from_pretrained(cls, folder: Path, device: str = "cpu") -> "LlamaModel":
@@ -187,7 +224,10 @@ class LlamaModel(nn.Module):
             model.load_state_dict({k: mapped[k] for k in expected})
         except RuntimeError as exc:
             raise CheckpointError(f"{folder}: weights do not match config.json: {exc}") from None
-        return model.to(device).eval()
+        model = model.to(device).eval()
+        for layer in model.layers:
+            layer.fuse()
+        return model
 
     def rope(self) -> tuple[torch.Tensor, torch.Tensor]:
         if self._rope is None or self._rope[0].device != self.embed_tokens.weight.device:
@@ -219,21 +259,27 @@ class LlamaModel(nn.Module):
             dec_tables = torch.tensor([s.block_table[:b_max] + [0] * (b_max - len(s.block_table[:b_max]))
                                        for s in decode], device=device).view(-1)
             dec_shape = (len(decode), b_max, *kv.shape[3:])  # [D, B_max, kv_heads, bs, d]
+            gathered = [self.workspace.get(name, (len(decode) * b_max, *kv.shape[3:]), kv) for name in ("k", "v")]
             lengths = torch.tensor([s.context_len for s in decode], device=device)
             positions = torch.arange(b_max * bs, device=device).view(1, b_max, 1, 1, bs)
             dec_mask = positions < lengths.view(-1, 1, 1, 1, 1)  # [D, B_max, 1, 1, bs]
         pre_tables = [torch.tensor(s.block_table[:-(-s.context_len // bs)], device=device) for s in prefill]
         for i, layer in enumerate(self.layers):
+            if layer.qkv_weight is None:
+                layer.fuse()
             h = layer.input_layernorm(x)
             t = h.shape[0]
-            q = apply_rope(layer.q_proj(h).view(t, layer.num_heads, layer.head_dim), cos, sin)
-            k = apply_rope(layer.k_proj(h).view(t, layer.num_kv, layer.head_dim), cos, sin)
-            v = layer.v_proj(h).view(t, layer.num_kv, layer.head_dim)
+            nq, nkv = layer.num_heads * layer.head_dim, layer.num_kv * layer.head_dim
+            q, k, v = F.linear(h, layer.qkv_weight).split((nq, nkv, nkv), dim=-1)
+            q = apply_rope(q.reshape(t, layer.num_heads, layer.head_dim), cos, sin)
+            k = apply_rope(k.reshape(t, layer.num_kv, layer.head_dim), cos, sin)
+            v = v.reshape(t, layer.num_kv, layer.head_dim)
             kv[i, 0, slot_block, :, slot_offset] = k
             kv[i, 1, slot_block, :, slot_offset] = v
             out = torch.empty_like(q)
             if decode:
-                keys, values = (kv[i, j].index_select(0, dec_tables).view(*dec_shape) for j in (0, 1))
+                keys, values = (torch.index_select(kv[i, j], 0, dec_tables, out=gathered[j]).view(dec_shape)
+                                for j in (0, 1))
                 out[dec_rows] = _attend_decode(q[dec_rows], keys, values, dec_mask, layer)
             for s, table in zip(prefill, pre_tables):  # attention per request, against its own cache blocks
                 keys, values = (kv[i, j].index_select(0, table).transpose(0, 1).flatten(1, 2)[:, :s.context_len] for j in (0, 1))
@@ -241,7 +287,8 @@ class LlamaModel(nn.Module):
                 out[s.start:s.start + s.num_tokens] = _attend(qs, keys, values, layer, s.context_len)
             x = x + layer.o_proj(out.view(t, -1))
             h = layer.post_attention_layernorm(x)
-            x = x + layer.down_proj(F.silu(layer.gate_proj(h)) * layer.up_proj(h))
+            gate, up = F.linear(h, layer.gate_up_weight).chunk(2, dim=-1)
+            x = x + layer.down_proj(F.silu(gate) * up)
         last = torch.tensor([s.start + s.num_tokens - 1 for s in batch.seqs], device=x.device)
         return self.lm_head(self.norm(x[last]))
 
