@@ -125,6 +125,8 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dtype == torch.float32:  # one fused op; the same bits as the formula below
+            return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
         dtype = x.dtype
         x = x.float()
         x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
@@ -263,6 +265,7 @@ class LlamaModel(nn.Module):
             lengths = torch.tensor([s.context_len for s in decode], device=device)
             positions = torch.arange(b_max * bs, device=device).view(1, b_max, 1, 1, bs)
             dec_mask = positions < lengths.view(-1, 1, 1, 1, 1)  # [D, B_max, 1, 1, bs]
+        only_decode = not prefill
         pre_tables = [torch.tensor(s.block_table[:-(-s.context_len // bs)], device=device) for s in prefill]
         for i, layer in enumerate(self.layers):
             if layer.qkv_weight is None:
@@ -270,22 +273,25 @@ class LlamaModel(nn.Module):
             h = layer.input_layernorm(x)
             t = h.shape[0]
             nq, nkv = layer.num_heads * layer.head_dim, layer.num_kv * layer.head_dim
-            q, k, v = F.linear(h, layer.qkv_weight).split((nq, nkv, nkv), dim=-1)
-            q = apply_rope(q.reshape(t, layer.num_heads, layer.head_dim), cos, sin)
-            k = apply_rope(k.reshape(t, layer.num_kv, layer.head_dim), cos, sin)
+            qk, v = F.linear(h, layer.qkv_weight).split((nq + nkv, nkv), dim=-1)
+            qk = apply_rope(qk.reshape(t, layer.num_heads + layer.num_kv, layer.head_dim), cos, sin)  # q and k at once
+            q, k = qk[:, :layer.num_heads], qk[:, layer.num_heads:]
             v = v.reshape(t, layer.num_kv, layer.head_dim)
             kv[i, 0, slot_block, :, slot_offset] = k
             kv[i, 1, slot_block, :, slot_offset] = v
-            out = torch.empty_like(q)
+            out = None if only_decode else torch.empty_like(q)
             if decode:
                 keys, values = (torch.index_select(kv[i, j], 0, dec_tables, out=gathered[j]).view(dec_shape)
                                 for j in (0, 1))
-                out[dec_rows] = _attend_decode(q[dec_rows], keys, values, dec_mask, layer)
+                if only_decode:  # every row decodes, in order: no gather or scatter of rows
+                    out = _attend_decode(q, keys, values, dec_mask, layer)
+                else:
+                    out[dec_rows] = _attend_decode(q[dec_rows], keys, values, dec_mask, layer)
             for s, table in zip(prefill, pre_tables):  # attention per request, against its own cache blocks
                 keys, values = (kv[i, j].index_select(0, table).transpose(0, 1).flatten(1, 2)[:, :s.context_len] for j in (0, 1))
                 qs = q[s.start:s.start + s.num_tokens]
                 out[s.start:s.start + s.num_tokens] = _attend(qs, keys, values, layer, s.context_len)
-            x = x + layer.o_proj(out.view(t, -1))
+            x = x + layer.o_proj(out.reshape(t, -1))
             h = layer.post_attention_layernorm(x)
             gate, up = F.linear(h, layer.gate_up_weight).chunk(2, dim=-1)
             x = x + layer.down_proj(F.silu(gate) * up)
