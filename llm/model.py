@@ -197,6 +197,8 @@ class LlamaModel(nn.Module):
 
     @classmethod
     def from_pretrained(cls, folder: Path, device: str = "cpu") -> "LlamaModel":
+        """The way to make a model to run: weights loaded, moved to the device, then each
+        layer's projections fused (forward uses the fused weights)."""
         from safetensors.torch import load_file
 
         folder = Path(folder)
@@ -258,8 +260,7 @@ class LlamaModel(nn.Module):
         if decode:
             b_max = max(-(-s.context_len // bs) for s in decode)
             dec_rows = torch.tensor([s.start for s in decode], device=device)
-            dec_tables = torch.tensor([s.block_table[:b_max] + [0] * (b_max - len(s.block_table[:b_max]))
-                                       for s in decode], device=device).view(-1)
+            dec_tables = torch.tensor([_padded(s.block_table, b_max) for s in decode], device=device).view(-1)
             dec_shape = (len(decode), b_max, *kv.shape[3:])  # [D, B_max, kv_heads, bs, d]
             gathered = [self.workspace.get(name, (len(decode) * b_max, *kv.shape[3:]), kv) for name in ("k", "v")]
             lengths = torch.tensor([s.context_len for s in decode], device=device)
@@ -268,8 +269,6 @@ class LlamaModel(nn.Module):
         only_decode = not prefill
         pre_tables = [torch.tensor(s.block_table[:-(-s.context_len // bs)], device=device) for s in prefill]
         for i, layer in enumerate(self.layers):
-            if layer.qkv_weight is None:
-                layer.fuse()
             h = layer.input_layernorm(x)
             t = h.shape[0]
             nq, nkv = layer.num_heads * layer.head_dim, layer.num_kv * layer.head_dim
@@ -298,6 +297,11 @@ class LlamaModel(nn.Module):
             x = x + layer.down_proj(F.silu(gate) * up)
         last = torch.tensor([s.start + s.num_tokens - 1 for s in batch.seqs], device=x.device)
         return self.lm_head(self.norm(x[last]))
+
+
+def _padded(table: list[int], n: int) -> list[int]:
+    """The first n blocks of a table, padded with block 0 (masked out)."""
+    return table[:n] + [0] * (n - len(table))
 
 
 def _attend_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, layer: Layer) -> torch.Tensor:
