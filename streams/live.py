@@ -207,9 +207,13 @@ class ManagedStream:
             self._stop.wait(wait_s)
 
     def _finish(self) -> None:
+        self._put_waiting(_END)
+
+    def _put_waiting(self, item) -> None:
+        """Puts into the buffer, waiting for room until the stream is stopped."""
         while not self._stop.is_set():
             try:
-                self._buffer.put(_END, timeout=0.2)
+                self._buffer.put(item, timeout=0.2)
                 return
             except queue.Full:
                 continue
@@ -218,12 +222,7 @@ class ManagedStream:
         with self._lock:
             self.stats.frames_decoded += 1
         if not self.live:  # back-pressure: a file waits for the pipeline
-            while not self._stop.is_set():
-                try:
-                    self._buffer.put(frame, timeout=0.2)
-                    return
-                except queue.Full:
-                    continue
+            self._put_waiting(frame)
             return
         while True:  # drop-oldest: a live camera never waits for us
             try:
