@@ -23,6 +23,7 @@ from typing import Callable, Iterator
 
 import torch
 
+from llm.cuda_graphs import DecodeGraphs
 from llm.metrics import LLMMetrics
 from llm.model import Batch, LlamaModel, SeqBatch, new_kv_cache
 from llm.sampling import SamplingParams, sample
@@ -60,6 +61,7 @@ class EngineConfig:
     max_num_seqs: int = 32
     max_step_tokens: int = 256
     request_level: bool = False  # ablation: a batch runs until its longest member ends
+    cuda_graphs: bool = True  # on a GPU, decode-only steps replay captured CUDA graphs
 
     def scheduler(self) -> SchedulerConfig:
         return SchedulerConfig(self.block_size, self.max_num_seqs, self.max_step_tokens, self.request_level)
@@ -150,7 +152,9 @@ class LLMEngine:
         self.vision = vision
         self.metrics = metrics or LLMMetrics()
         device = model.embed_tokens.weight.device
-        self.kv = new_kv_cache(model.cfg, self.config.num_blocks, self.config.block_size, str(device))
+        bs = self.config.block_size
+        # one block more than the pool hands out: scratch for the padding rows of a captured decode step
+        self.kv = new_kv_cache(model.cfg, self.config.num_blocks + 1, bs, str(device))
         self.pool = BlockPool(self.config.num_blocks)
         self.waiting: dict[str, LLMRequest] = {}
         self.running: dict[str, LLMRequest] = {}
@@ -162,6 +166,13 @@ class LLMEngine:
         self.num_steps = 0
         max_context = self.config.num_blocks * self.config.block_size
         self.max_model_len = min(model.cfg.max_position_embeddings, max_context)
+        self.graphs: DecodeGraphs | None = None
+        if self.config.cuda_graphs and device.type == "cuda":
+            try:
+                self.graphs = DecodeGraphs(model, self.kv, bs, -(-self.max_model_len // bs), self.config.max_num_seqs,
+                                           scratch_block=self.config.num_blocks, capture=True)
+            except RuntimeError as exc:  # slower without them, still right
+                log.warning("LLM %s: CUDA graph capture failed (%s); decode steps run eagerly", name, exc)
 
     # -- requests -----------------------------------------------------------------------------------
     def add_request(self, prompt: str | list[int], params: SamplingParams | None = None, priority: int = 0,
@@ -262,6 +273,13 @@ class LLMEngine:
 
     def _execute(self, scheduled: list[tuple[LLMRequest, int]]) -> torch.Tensor:
         bs = self.config.block_size
+        if self.graphs is not None and len(scheduled) <= self.graphs.max_batch and all(n == 1 for _, n in scheduled):
+            rows = []
+            for req, _ in scheduled:  # (token, position, slot, context length, block table...)
+                p = req.num_computed_tokens
+                token = req.prompt_ids[p] if p < len(req.prompt_ids) else req.output_ids[p - len(req.prompt_ids)]
+                rows.append([token, p, req.blocks[p // bs] * bs + p % bs, p + 1, *req.blocks])
+            return self.graphs.run(rows)
         tokens, positions, slots, seqs = [], [], [], []
         for req, n in scheduled:
             start = req.num_computed_tokens
@@ -280,13 +298,14 @@ class LLMEngine:
         finished = []
         now = self.clock()
         greedy = logits.argmax(dim=-1).tolist()  # one call for the whole batch, not one per request
-        for (req, n), row, best in zip(scheduled, logits, greedy):
+        generated = 0
+        for k, ((req, n), best) in enumerate(zip(scheduled, greedy)):
             req.num_computed_tokens += n
             if req.request_id in self._aborted or req.num_computed_tokens < req.num_tokens:
                 continue  # a prefill chunk: no token yet
-            token = best if req.params.temperature == 0.0 else sample(row, req.params, req.generator)
+            token = best if req.params.temperature == 0.0 else sample(logits[k], req.params, req.generator)
             req.output_ids.append(token)
-            self.metrics.generation_tokens.inc()
+            generated += 1
             if req.first_token_s is None:
                 req.first_token_s = now
                 self.metrics.ttft.observe(now - req.arrival)
@@ -299,6 +318,7 @@ class LLMEngine:
                 finished.append(req)
             else:
                 self._stream(req)
+        self.metrics.generation_tokens.inc(generated)
         return finished
 
     def _check_stop(self, req: LLMRequest, token: int) -> str | None:

@@ -242,12 +242,8 @@ class LlamaModel(nn.Module):
     def forward(self, batch: Batch, kv: torch.Tensor) -> torch.Tensor:
         """Runs one step; writes the new K/V into `kv` [layers, 2, blocks, kv_heads, block_size, head_dim]
         and returns logits of each sequence's last token this step: [num_seqs, vocab]."""
-        cos_all, sin_all = self.rope()
-        cos, sin = cos_all[batch.positions], sin_all[batch.positions]
-        x = self.embed_tokens(batch.token_ids)  # [T, H]
         bs = batch.block_size
-        device = x.device
-        slot_block, slot_offset = batch.slots // bs, batch.slots % bs
+        device = batch.token_ids.device
         # Decoding requests (one new token each) attend in one call, each query against
         # its own request's cache blocks, gathered whole through a padded [D, B_max] block
         # table into a reused buffer, with a mask over the padding. The blocks stay blocks
@@ -257,17 +253,40 @@ class LlamaModel(nn.Module):
         # Prefill chunks attend one request at a time with a causal mask.
         decode = [s for s in batch.seqs if s.num_tokens == 1]
         prefill = [s for s in batch.seqs if s.num_tokens > 1]
+        dec = None
         if decode:
             b_max = max(-(-s.context_len // bs) for s in decode)
-            dec_rows = torch.tensor([s.start for s in decode], device=device)
-            dec_tables = torch.tensor([_padded(s.block_table, b_max) for s in decode], device=device).view(-1)
-            dec_shape = (len(decode), b_max, *kv.shape[3:])  # [D, B_max, kv_heads, bs, d]
-            gathered = [self.workspace.get(name, (len(decode) * b_max, *kv.shape[3:]), kv) for name in ("k", "v")]
+            tables = torch.tensor([_padded(s.block_table, b_max) for s in decode], device=device)
             lengths = torch.tensor([s.context_len for s in decode], device=device)
-            positions = torch.arange(b_max * bs, device=device).view(1, b_max, 1, 1, bs)
-            dec_mask = positions < lengths.view(-1, 1, 1, 1, 1)  # [D, B_max, 1, 1, bs]
-        only_decode = not prefill
+            rows = None if not prefill else torch.tensor([s.start for s in decode], device=device)
+            dec = DecodeAttention.build(tables, lengths, rows, kv, bs, self.workspace)
         pre_tables = [torch.tensor(s.block_table[:-(-s.context_len // bs)], device=device) for s in prefill]
+        last = torch.tensor([s.start + s.num_tokens - 1 for s in batch.seqs], device=device)  # before the
+        # layers: a copy to the device queued after them would wait for them
+        x = self._layers(batch.token_ids, batch.positions, batch.slots, bs, kv, dec, list(zip(prefill, pre_tables)))
+        return self.lm_head(self.norm(x[last]))
+
+    @torch.inference_mode()
+    def decode_static(self, meta: torch.Tensor, kv: torch.Tensor, block_size: int) -> torch.Tensor:
+        """A decode-only step whose shapes depend on nothing but `meta`'s: [D, 4 + B] int64
+        rows of (token, position, slot, context length, B block-table entries). Every
+        request gathers B blocks (masked past its length), so the same kernels run on the
+        same addresses at every step: what a CUDA graph replays (llm/cuda_graphs.py).
+        Returns logits [D, vocab]."""
+        dec = DecodeAttention.build(meta[:, 4:], meta[:, 3], None, kv, block_size, None)
+        x = self._layers(meta[:, 0], meta[:, 1], meta[:, 2], block_size, kv, dec, [])
+        return self.lm_head(self.norm(x))
+
+    def _layers(self, token_ids: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor, bs: int,
+                kv: torch.Tensor, dec: "DecodeAttention | None",
+                prefill: list[tuple[SeqBatch, torch.Tensor]]) -> torch.Tensor:
+        """Every layer over the flattened tokens [T]: writes each token's K/V to its slot,
+        attends (decode rows through `dec`, each prefill chunk against its own blocks)."""
+        cos_all, sin_all = self.rope()
+        cos, sin = cos_all[positions], sin_all[positions]
+        x = self.embed_tokens(token_ids)  # [T, H]
+        slot_block, slot_offset = slots // bs, slots % bs
+        only_decode = not prefill
         for i, layer in enumerate(self.layers):
             h = layer.input_layernorm(x)
             t = h.shape[0]
@@ -279,14 +298,13 @@ class LlamaModel(nn.Module):
             kv[i, 0, slot_block, :, slot_offset] = k
             kv[i, 1, slot_block, :, slot_offset] = v
             out = None if only_decode else torch.empty_like(q)
-            if decode:
-                keys, values = (torch.index_select(kv[i, j], 0, dec_tables, out=gathered[j]).view(dec_shape)
-                                for j in (0, 1))
+            if dec is not None:
+                keys, values = dec.gather(kv, i)
                 if only_decode:  # every row decodes, in order: no gather or scatter of rows
-                    out = _attend_decode(q, keys, values, dec_mask, layer)
+                    out = _attend_decode(q, keys, values, dec.mask, layer)
                 else:
-                    out[dec_rows] = _attend_decode(q[dec_rows], keys, values, dec_mask, layer)
-            for s, table in zip(prefill, pre_tables):  # attention per request, against its own cache blocks
+                    out[dec.rows] = _attend_decode(q[dec.rows], keys, values, dec.mask, layer)
+            for s, table in prefill:  # attention per request, against its own cache blocks
                 keys, values = (kv[i, j].index_select(0, table).transpose(0, 1).flatten(1, 2)[:, :s.context_len]
                                 for j in (0, 1))  # [kv_heads, C, d]
                 qs = q[s.start:s.start + s.num_tokens]
@@ -295,8 +313,37 @@ class LlamaModel(nn.Module):
             h = layer.post_attention_layernorm(x)
             gate, up = F.linear(h, layer.gate_up_weight).chunk(2, dim=-1)
             x = x + layer.down_proj(F.silu(gate) * up)
-        last = torch.tensor([s.start + s.num_tokens - 1 for s in batch.seqs], device=x.device)
-        return self.lm_head(self.norm(x[last]))
+        return x
+
+
+@dataclass
+class DecodeAttention:
+    """What the decoding rows of a step attend through: their block tables flattened
+    ([D * B]), the gathered shape [D, B, kv_heads, bs, d], the mask over padding
+    [D, B, 1, 1, bs], their rows in the flattened batch (None: all rows, in order) and
+    the buffers the gathered blocks go to (None: fresh tensors, as a CUDA graph needs)."""
+
+    tables: torch.Tensor
+    shape: tuple[int, ...]
+    mask: torch.Tensor
+    rows: torch.Tensor | None
+    buffers: list[torch.Tensor] | None
+
+    @classmethod
+    def build(cls, tables: torch.Tensor, lengths: torch.Tensor, rows: torch.Tensor | None, kv: torch.Tensor,
+              bs: int, workspace: Workspace | None) -> "DecodeAttention":
+        d_, b_max = tables.shape
+        shape = (d_, b_max, *kv.shape[3:])
+        positions = torch.arange(b_max * bs, device=tables.device).view(1, b_max, 1, 1, bs)
+        mask = positions < lengths.reshape(-1, 1, 1, 1, 1)
+        buffers = None if workspace is None else [workspace.get(n, (d_ * b_max, *kv.shape[3:]), kv) for n in "kv"]
+        return cls(tables.reshape(-1), shape, mask, rows, buffers)
+
+    def gather(self, kv: torch.Tensor, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.buffers is None:
+            return tuple(torch.index_select(kv[layer, j], 0, self.tables).view(self.shape) for j in (0, 1))
+        return tuple(torch.index_select(kv[layer, j], 0, self.tables, out=self.buffers[j]).view(self.shape)
+                     for j in (0, 1))
 
 
 def _padded(table: list[int], n: int) -> list[int]:

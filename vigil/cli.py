@@ -69,10 +69,14 @@ def _bench(args: argparse.Namespace) -> int:
         print(format_report(result), file=sys.stderr)
     elif args.target == "llm":
         from bench.llm import LLMBenchOptions, format_llm_report, run_llm_bench
+        from engine.device import resolve_device
 
         try:
-            result = run_llm_bench(LLMBenchOptions(quick=args.quick, repository=args.models_dir),
-                                   log=lambda m: print(m, file=sys.stderr, flush=True))
+            if args.trial_s <= 0 or args.max_batch < 1:
+                raise ValueError("--trial-s must be > 0 and --max-batch >= 1")
+            options = LLMBenchOptions(quick=args.quick, repository=args.models_dir, device=resolve_device(args.device),
+                                      trial_s=args.trial_s, max_batch=args.max_batch)
+            result = run_llm_bench(options, log=lambda m: print(m, file=sys.stderr, flush=True))
         except (ValueError, FileNotFoundError) as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 1
@@ -321,6 +325,10 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--no-ray", action="store_true", help="engine: skip the Ray Serve peer")
     bench.add_argument("--models-dir", type=Path, default=DEFAULT_REPOSITORY, metavar="DIR",
                        help="llm: model repository holding scene-lm")
+    bench.add_argument("--trial-s", type=float, default=20.0, metavar="S",
+                       help="llm: seconds of arrivals in each trial (default: 20)")
+    bench.add_argument("--max-batch", type=int, default=32, metavar="N",
+                       help="llm: most requests in a batch, the same for all three systems (default: 32)")
     bench.set_defaults(func=_bench)
     ev = sub.add_parser("eval", help="evaluate a detector on held-out synthetic clips",
                         description="mAP@0.5 and recall per class on clips rendered from seeds the training "

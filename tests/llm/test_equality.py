@@ -8,6 +8,7 @@ import random
 import pytest
 import torch
 
+from llm.cuda_graphs import DecodeGraphs, batch_sizes
 from llm.engine import EngineConfig, LLMEngine
 from llm.model import LlamaModel
 from llm.sampling import SamplingParams
@@ -20,12 +21,30 @@ def tiny(tmp_path_factory):
     return make_tiny_llama(tmp_path_factory.mktemp("tiny"))
 
 
-def hf_greedy(folder, prompt: list[int], n: int) -> list[int]:
+# cpu: the eager step; cpu-static: the padded fixed-shape decode step that CUDA graphs
+# replay, run eagerly; cuda: decode steps replayed as captured graphs
+MODES = ["cpu", "cpu-static", pytest.param("cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs CUDA")])]
+
+
+def make_engine(folder, config: EngineConfig, mode: str) -> LLMEngine:
+    device = "cuda" if mode == "cuda" else "cpu"
+    engine = LLMEngine(LlamaModel.from_pretrained(folder, device), Tokenizer(folder), config)
+    if mode == "cpu-static":
+        bs = config.block_size
+        engine.graphs = DecodeGraphs(engine.model, engine.kv, bs, -(-engine.max_model_len // bs), config.max_num_seqs,
+                                     scratch_block=config.num_blocks, capture=False)
+    assert (engine.graphs is not None) == (mode != "cpu")
+    return engine
+
+
+def hf_greedy(folder, prompt: list[int], n: int, device: str = "cpu") -> list[int]:
     from transformers import LlamaForCausalLM
 
-    model = _hf_cache.get(folder) or _hf_cache.setdefault(folder, LlamaForCausalLM.from_pretrained(folder).eval())
+    key = (folder, device)
+    model = _hf_cache.get(key) or _hf_cache.setdefault(key, LlamaForCausalLM.from_pretrained(folder).to(device).eval())
     with torch.no_grad():
-        ids = torch.tensor([prompt])  # an explicit mask: token 0 is not padding here
+        ids = torch.tensor([prompt], device=device)  # an explicit mask: token 0 is not padding here
         out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, min_new_tokens=n,
                              do_sample=False, eos_token_id=None, pad_token_id=0)
     return out[0, len(prompt):].tolist()
@@ -52,14 +71,26 @@ def run_engine(engine: LLMEngine, jobs: list[tuple[int, list[int], int]]) -> dic
     EngineConfig(num_blocks=64, block_size=4, max_step_tokens=7),  # prefill in chunks of odd sizes
     EngineConfig(num_blocks=12, block_size=4, max_step_tokens=32),  # too few blocks: preemption by recompute
 ], ids=["plain", "chunked", "preempting"])
-def test_greedy_tokens_equal_transformers(tiny, config):
+@pytest.mark.parametrize("mode", MODES)
+def test_greedy_tokens_equal_transformers(tiny, config, mode):
     rng = random.Random(3)
     jobs = [(rng.randint(0, 12), [rng.randint(0, 95) for _ in range(rng.randint(1, 30))], rng.randint(1, 20))
             for _ in range(8)]
-    engine = LLMEngine(LlamaModel.from_pretrained(tiny), Tokenizer(tiny), config)
+    engine = make_engine(tiny, config, mode)
     got = run_engine(engine, jobs)
     for i, (_, prompt, n) in enumerate(jobs):
-        assert got[i] == hf_greedy(tiny, prompt, n), f"request {i} (prompt {len(prompt)} tokens)"
+        assert got[i] == hf_greedy(tiny, prompt, n, "cuda" if mode == "cuda" else "cpu"), f"request {i} (prompt {len(prompt)} tokens)"
     assert engine.pool.num_free == config.num_blocks
+    if engine.graphs is not None:
+        assert engine.graphs.steps > 0, "no step went through the padded decode path"
     if config.num_blocks == 12:
         assert engine.metrics.preemptions._value.get() > 0, "the small pool should have forced preemption"
+
+
+def test_graph_batch_sizes_cover_every_batch():
+    assert batch_sizes(1) == [1]
+    assert batch_sizes(5) == [1, 2, 4, 5]
+    assert batch_sizes(32) == [1, 2, 4, 8, 16, 24, 32]
+    for cap in (1, 3, 8, 20, 33):
+        sizes = batch_sizes(cap)
+        assert sizes[-1] == cap and all(b - a <= 8 for a, b in zip(sizes, sizes[1:]))

@@ -35,10 +35,14 @@ def generate_all(engine, prompts: list[str], max_tokens: int = 64) -> list[str]:
     return [h.result(5).text.strip() for h in handles]
 
 
-def test_transformers_loads_the_files_and_decodes_the_same_tokens(engine):
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs CUDA")])])
+def test_transformers_loads_the_files_and_decodes_the_same_tokens(engine, device):
     from transformers import LlamaForCausalLM
 
-    hf = LlamaForCausalLM.from_pretrained(FOLDER).eval()
+    if device != "cpu":
+        engine = load_llm(MODELS, "scene-lm", device, EngineConfig(num_blocks=256, block_size=16, max_step_tokens=96))
+    hf = LlamaForCausalLM.from_pretrained(FOLDER).to(device).eval()
     rng = random.Random(5)
     from llm.train_scene_lm import random_aggregate, random_facts
 
@@ -54,7 +58,7 @@ def test_transformers_loads_the_files_and_decodes_the_same_tokens(engine):
     while engine.has_work():
         engine.step()
     for p, h in zip(prompts, handles):
-        ids = torch.tensor([engine.tokenizer.encode(p)])
+        ids = torch.tensor([engine.tokenizer.encode(p)], device=device)
         with torch.no_grad():
             ref = hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=24, min_new_tokens=24,
                               do_sample=False, eos_token_id=None, pad_token_id=0)[0, ids.shape[1]:].tolist()
