@@ -86,7 +86,7 @@ def run_vigil(engine: LLMEngine, jobs: list[Job]) -> tuple[list[float], float, i
             if delay > 0:
                 time.sleep(delay)
             params = SamplingParams(max_tokens=job.num_out, ignore_eos=True)
-            handles.append((job, engine.add_request(job.prompt, params)))
+            handles.append((job, engine.add_request(job.prompt, params, stream=False)))
 
     feeder = threading.Thread(target=feed, name="bench-arrivals", daemon=True)
     feeder.start()

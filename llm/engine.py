@@ -23,7 +23,7 @@ from typing import Callable, Iterator
 
 import torch
 
-from llm.cuda_graphs import DecodeGraphs
+from llm.cuda_graphs import StepGraphs
 from llm.metrics import LLMMetrics
 from llm.model import Batch, LlamaModel, SeqBatch, new_kv_cache
 from llm.sampling import SamplingParams, sample
@@ -61,7 +61,7 @@ class EngineConfig:
     max_num_seqs: int = 32
     max_step_tokens: int = 256
     request_level: bool = False  # ablation: a batch runs until its longest member ends
-    cuda_graphs: bool = True  # on a GPU, decode-only steps replay captured CUDA graphs
+    cuda_graphs: bool = True  # on a GPU, steps replay captured CUDA graphs (llm/cuda_graphs.py)
 
     def scheduler(self) -> SchedulerConfig:
         return SchedulerConfig(self.block_size, self.max_num_seqs, self.max_step_tokens, self.request_level)
@@ -96,6 +96,7 @@ class LLMRequest:
     last_token_s: float | None = None
     num_preemptions: int = 0
     outputs: "queue.Queue[Output]" = field(default_factory=queue.Queue)
+    stream: bool = True  # text pieces as they are generated; else one piece at the end
 
     @property
     def all_ids(self) -> list[int]:
@@ -166,17 +167,19 @@ class LLMEngine:
         self.num_steps = 0
         max_context = self.config.num_blocks * self.config.block_size
         self.max_model_len = min(model.cfg.max_position_embeddings, max_context)
-        self.graphs: DecodeGraphs | None = None
+        self.graphs: StepGraphs | None = None
         if self.config.cuda_graphs and device.type == "cuda":
             try:
-                self.graphs = DecodeGraphs(model, self.kv, bs, -(-self.max_model_len // bs), self.config.max_num_seqs,
-                                           scratch_block=self.config.num_blocks, capture=True)
+                self.graphs = StepGraphs(model, self.kv, bs, -(-self.max_model_len // bs), self.config.max_step_tokens,
+                                         scratch_block=self.config.num_blocks, capture=True)
             except RuntimeError as exc:  # slower without them, still right
-                log.warning("LLM %s: CUDA graph capture failed (%s); decode steps run eagerly", name, exc)
+                log.warning("LLM %s: CUDA graph capture failed (%s); steps run eagerly", name, exc)
 
     # -- requests -----------------------------------------------------------------------------------
     def add_request(self, prompt: str | list[int], params: SamplingParams | None = None, priority: int = 0,
-                    request_id: str | None = None) -> RequestHandle:
+                    request_id: str | None = None, stream: bool = True) -> RequestHandle:
+        """`stream=False`: the text comes in one piece when the request ends (no text is
+        decoded token by token unless stop strings need it)."""
         params = params or SamplingParams()
         ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
         if not ids:
@@ -188,7 +191,7 @@ class LLMEngine:
         if bad:
             raise ValueError(f"prompt: token ids {bad[:5]} are outside the vocabulary (0..{self.model.cfg.vocab_size - 1})")
         rid = request_id or f"{self.name}-{next(self._ids)}"
-        req = LLMRequest(rid, ids, params, priority, self.clock())
+        req = LLMRequest(rid, ids, params, priority, self.clock(), stream=stream)
         if params.seed is not None:
             req.generator = torch.Generator(device=self.kv.device).manual_seed(params.seed)
         with self._cond:
@@ -273,13 +276,17 @@ class LLMEngine:
 
     def _execute(self, scheduled: list[tuple[LLMRequest, int]]) -> torch.Tensor:
         bs = self.config.block_size
-        if self.graphs is not None and len(scheduled) <= self.graphs.max_batch and all(n == 1 for _, n in scheduled):
-            rows = []
-            for req, _ in scheduled:  # (token, position, slot, context length, block table...)
-                p = req.num_computed_tokens
-                token = req.prompt_ids[p] if p < len(req.prompt_ids) else req.output_ids[p - len(req.prompt_ids)]
-                rows.append([token, p, req.blocks[p // bs] * bs + p % bs, p + 1, *req.blocks])
-            return self.graphs.run(rows)
+        if self.graphs is not None and sum(n for _, n in scheduled) <= self.graphs.max_tokens:
+            rows, last = [], []
+            for req, n in scheduled:  # a row per token: (token, position, slot, context length, block table...)
+                start, prompt = req.num_computed_tokens, len(req.prompt_ids)
+                ids = (req.all_ids[start:start + n] if n > 1 else  # one token: no copy of the whole sequence
+                       [req.prompt_ids[start] if start < prompt else req.output_ids[start - prompt]])
+                for p, token in enumerate(ids, start):
+                    rows.append([token, p, req.blocks[p // bs] * bs + p % bs, p + 1, *req.blocks])
+                last.append(len(rows) - 1)
+            logits = self.graphs.run(rows)
+            return logits if len(last) == len(rows) else logits[torch.tensor(last, device=logits.device)]
         tokens, positions, slots, seqs = [], [], [], []
         for req, n in scheduled:
             start = req.num_computed_tokens
@@ -316,20 +323,22 @@ class LLMEngine:
             if reason is not None:
                 self._finish(req, reason)
                 finished.append(req)
-            else:
+            elif req.stream:
                 self._stream(req)
         self.metrics.generation_tokens.inc(generated)
         return finished
 
     def _check_stop(self, req: LLMRequest, token: int) -> str | None:
         p = req.params
-        self._detokenize(req)
+        seen = len(req.text)
+        if req.stream or p.stop:  # the text as it grows: pieces to stream, stop strings to find
+            self._detokenize(req)  # (two decodes a token: a tenth of a GPU decode step at batch 32)
         if not p.ignore_eos and token in self.tokenizer.eos_ids:
             req.output_ids.pop()  # the end marker is not part of the answer
             req.text = self.tokenizer.decode(req.output_ids)
             return "stop"
         for s in p.stop:
-            cut = req.text.find(s, max(0, req.sent - len(s)))
+            cut = req.text.find(s, max(0, seen - len(s) + 1))  # one ending in the new text
             if cut >= 0:
                 req.text = req.text[:cut]
                 return "stop"

@@ -267,12 +267,14 @@ class LlamaModel(nn.Module):
         return self.lm_head(self.norm(x[last]))
 
     @torch.inference_mode()
-    def decode_static(self, meta: torch.Tensor, kv: torch.Tensor, block_size: int) -> torch.Tensor:
-        """A decode-only step whose shapes depend on nothing but `meta`'s: [D, 4 + B] int64
-        rows of (token, position, slot, context length, B block-table entries). Every
-        request gathers B blocks (masked past its length), so the same kernels run on the
-        same addresses at every step: what a CUDA graph replays (llm/cuda_graphs.py).
-        Returns logits [D, vocab]."""
+    def forward_static(self, meta: torch.Tensor, kv: torch.Tensor, block_size: int) -> torch.Tensor:
+        """A step whose shapes depend on nothing but `meta`'s: [T, 4 + B] int64 rows of
+        (token, position, slot, context length, B block-table entries), one per token.
+        Every token attends like a decode token, to its request's positions before its
+        own and itself (a prefill chunk's rows are causal that way, since every row's
+        K/V is written before any row reads), and gathers B blocks, masked past its
+        length: the same kernels run on the same addresses at every step, which is what a
+        CUDA graph replays (llm/cuda_graphs.py). Returns logits [T, vocab]."""
         dec = DecodeAttention.build(meta[:, 4:], meta[:, 3], None, kv, block_size, None)
         x = self._layers(meta[:, 0], meta[:, 1], meta[:, 2], block_size, kv, dec, [])
         return self.lm_head(self.norm(x))

@@ -91,7 +91,7 @@ def start(engine: LLMEngine, body: dict[str, Any], chat: bool, priority: int = 5
                                                          all(isinstance(t, int) for t in prompt)):
         raise RequestError("prompt: give a non-empty string (or a list of token ids)")
     params = sampling_from(body)
-    handle = engine.add_request(prompt, params, priority=priority)
+    handle = engine.add_request(prompt, params, priority=priority, stream=bool(body.get("stream")))
     return Completion(handle, engine.name, "chat.completion" if chat else "text_completion",
                       f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:24]}", int(time.time()))
 

@@ -50,7 +50,7 @@ def ask_offline(question: str, source: str, out_root: Path, models: Path, device
         engine = load_llm(models, DEFAULT_LLM, "cpu")
     try:
         def generate(prompt: str) -> str:
-            handle = engine.add_request(prompt, SamplingParams(max_tokens=64, stop=("\n",)))
+            handle = engine.add_request(prompt, SamplingParams(max_tokens=64, stop=("\n",)), stream=False)
             if own:
                 while engine.has_work():
                     engine.step()

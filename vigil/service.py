@@ -152,7 +152,7 @@ class Vigil:
         done = collector.observe(t_ms, events, in_view)
         if done is not None:
             handle = self.llm.add_request(caption_prompt(done), SamplingParams(max_tokens=96, stop=("\n",)),
-                                          priority=0)  # low priority: after questions and completions
+                                          priority=0, stream=False)  # low priority: after questions and completions
             self._captions.put((done, handle))
 
     def _caption_loop(self) -> None:
@@ -180,7 +180,8 @@ class Vigil:
             self._embedder = Embedder()
 
         def generate(prompt: str) -> str:
-            return engine.add_request(prompt, SamplingParams(max_tokens=64, stop=("\n",)), priority=8).result(120).text
+            return engine.add_request(prompt, SamplingParams(max_tokens=64, stop=("\n",)), priority=8,
+                                      stream=False).result(120).text
 
         return answer(question, self.storage.all_events(stream), self.storage.captions(stream), generate,
                       lines, zones, self._embedder, stream, since_ms, until_ms)

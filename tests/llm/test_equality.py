@@ -8,7 +8,7 @@ import random
 import pytest
 import torch
 
-from llm.cuda_graphs import DecodeGraphs, batch_sizes
+from llm.cuda_graphs import StepGraphs, graph_sizes
 from llm.engine import EngineConfig, LLMEngine
 from llm.model import LlamaModel
 from llm.sampling import SamplingParams
@@ -21,8 +21,8 @@ def tiny(tmp_path_factory):
     return make_tiny_llama(tmp_path_factory.mktemp("tiny"))
 
 
-# cpu: the eager step; cpu-static: the padded fixed-shape decode step that CUDA graphs
-# replay, run eagerly; cuda: decode steps replayed as captured graphs
+# cpu: the eager step; cpu-static: the padded fixed-shape step that CUDA graphs replay,
+# run eagerly (prefill chunks and decodes alike); cuda: steps replayed as captured graphs
 MODES = ["cpu", "cpu-static", pytest.param("cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(
     not torch.cuda.is_available(), reason="needs CUDA")])]
 
@@ -32,8 +32,8 @@ def make_engine(folder, config: EngineConfig, mode: str) -> LLMEngine:
     engine = LLMEngine(LlamaModel.from_pretrained(folder, device), Tokenizer(folder), config)
     if mode == "cpu-static":
         bs = config.block_size
-        engine.graphs = DecodeGraphs(engine.model, engine.kv, bs, -(-engine.max_model_len // bs), config.max_num_seqs,
-                                     scratch_block=config.num_blocks, capture=False)
+        engine.graphs = StepGraphs(engine.model, engine.kv, bs, -(-engine.max_model_len // bs), config.max_step_tokens,
+                                   scratch_block=config.num_blocks, capture=False)
     assert (engine.graphs is not None) == (mode != "cpu")
     return engine
 
@@ -82,15 +82,16 @@ def test_greedy_tokens_equal_transformers(tiny, config, mode):
         assert got[i] == hf_greedy(tiny, prompt, n, "cuda" if mode == "cuda" else "cpu"), f"request {i} (prompt {len(prompt)} tokens)"
     assert engine.pool.num_free == config.num_blocks
     if engine.graphs is not None:
-        assert engine.graphs.steps > 0, "no step went through the padded decode path"
+        assert engine.graphs.steps == engine.num_steps, "a step did not go through the padded static path"
     if config.num_blocks == 12:
         assert engine.metrics.preemptions._value.get() > 0, "the small pool should have forced preemption"
 
 
-def test_graph_batch_sizes_cover_every_batch():
-    assert batch_sizes(1) == [1]
-    assert batch_sizes(5) == [1, 2, 4, 5]
-    assert batch_sizes(32) == [1, 2, 4, 8, 16, 24, 32]
-    for cap in (1, 3, 8, 20, 33):
-        sizes = batch_sizes(cap)
-        assert sizes[-1] == cap and all(b - a <= 8 for a, b in zip(sizes, sizes[1:]))
+def test_graph_sizes_cover_every_step():
+    assert graph_sizes(1) == [1]
+    assert graph_sizes(5) == [1, 2, 4, 5]
+    assert graph_sizes(32) == [1, 2, 4, 8, 16, 24, 32]
+    for cap in (1, 3, 8, 20, 33, 256, 512, 1000):
+        sizes = graph_sizes(cap)
+        assert sizes[0] == 1 and sizes[-1] == cap
+        assert all(b - a <= max(8, a // 2 + 8) for a, b in zip(sizes, sizes[1:])), sizes  # padding stays bounded

@@ -35,13 +35,29 @@ def test_streamed_pieces_add_up_to_the_result(tiny):
     e.close()
 
 
-def test_stop_string_cuts_the_text(tiny):
+def test_unstreamed_result_comes_in_one_piece_with_the_same_text(tiny):
+    e = engine(tiny).start()
+    streamed = e.add_request("t5 t6 t7", SamplingParams(max_tokens=12, ignore_eos=True)).result(30)
+    h = e.add_request("t5 t6 t7", SamplingParams(max_tokens=12, ignore_eos=True), stream=False)
+    pieces = list(h.stream(timeout_s=30))
+    assert len(pieces) == 1 and pieces[0].finish_reason == "length"
+    assert pieces[0].text == streamed.text and h.request.output_ids == e.tokenizer.encode(streamed.text)
+    e.close()
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_stop_string_cuts_the_text(tiny, stream):
     e = engine(tiny).start()
     full = e.add_request("t5 t6 t7", SamplingParams(max_tokens=12, ignore_eos=True)).result(30).text
     words = full.split()
     stop = words[3]
-    cut = e.add_request("t5 t6 t7", SamplingParams(max_tokens=12, ignore_eos=True, stop=(stop,))).result(30)
+    cut = e.add_request("t5 t6 t7", SamplingParams(max_tokens=12, ignore_eos=True, stop=(stop,)),
+                        stream=stream).result(30)
     assert cut.finish_reason == "stop" and cut.text == full[:full.index(stop)]
+    two_words = " ".join(words[2:4])  # a stop string that spans tokens
+    cut = e.add_request("t5 t6 t7", SamplingParams(max_tokens=12, ignore_eos=True, stop=(two_words,)),
+                        stream=stream).result(30)
+    assert cut.finish_reason == "stop" and cut.text == full[:full.index(two_words)]
     e.close()
 
 
