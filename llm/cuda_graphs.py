@@ -10,7 +10,8 @@ tokens are padded to the next captured size with rows that write to a scratch bl
 and read nothing else, and every token gathers the same number of blocks (masked past
 its position). Prefill tokens are rows like decode tokens, each attending to the
 positions up to its own (causal), so mixed steps replay a graph too: with one graph
-for decode steps only, each arriving prompt's eager step cost as much as five decode steps.
+for decode steps only, each arriving prompt's step ran eagerly, at the cost of about
+four graphed decode steps.
 
 Steps with more tokens than the largest graph run eagerly; so does everything on a CPU,
 where a graph buys nothing and gathering every block for every prompt token would cost
