@@ -11,8 +11,9 @@ uniformly from 8 to 256 tokens (generated to exactly that length). For each syst
 the highest arrival rate is searched (doubling, then two bisection steps) at which p99
 latency stays within a bound, and the throughput (generated tokens/s) at that rate is
 reported: throughput at equal p99. The bound is 4x the time one 256-token request
-takes alone on the slowest of the three, so that each of them meets it at a light load. A trial spans at least `trial_s` seconds of arrivals, so that a queue
-that builds at a rate beyond a system's capacity shows in its p99.
+takes alone on the slowest of the three, so that each of them meets it at a light
+load. A trial spans at least `trial_s` seconds of arrivals, so that a queue that
+builds at a rate beyond a system's capacity shows in its p99.
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ import torch
 from llm.engine import EngineConfig, LLMEngine, RequestHandle
 from llm.facts import caption_prompt
 from llm.sampling import SamplingParams
-from llm.serving import DEFAULT_LLM, load_llm
+from llm.serving import DEFAULT_LLM, latest_version, load_llm
+from llm.tokenizer import Tokenizer
 from llm.train_scene_lm import random_facts
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -146,18 +148,15 @@ def run_llm_bench(opts: LLMBenchOptions, log: Callable[[str], None] = print) -> 
 
     torch.manual_seed(opts.seed)
     n = 16 if opts.quick else opts.num_requests
-    folder = opts.repository / opts.model
-    version = max(int(p.name) for p in folder.iterdir() if p.name.isdigit())
-    hf = LlamaForCausalLM.from_pretrained(folder / str(version)).to(opts.device).eval()
+    path = latest_version(opts.repository, opts.model)
+    hf = LlamaForCausalLM.from_pretrained(path).to(opts.device).eval()
+    tok, pad_id = Tokenizer(path), hf.config.bos_token_id or 0  # the bench only encodes prompts
 
     def vigil(request_level: bool) -> LLMEngine:
         cfg = EngineConfig(num_blocks=2048, block_size=16, max_num_seqs=opts.max_batch, max_step_tokens=512,
                            request_level=request_level)
         return load_llm(opts.repository, opts.model, opts.device, cfg)
 
-    probe = vigil(False)
-    tok, pad_id = probe.tokenizer, probe.model.cfg.bos_token_id or 0
-    probe.close()
     systems = {
         "vigil": lambda jobs: run_vigil(vigil(False), jobs),
         "request_level": lambda jobs: run_vigil(vigil(True), jobs),

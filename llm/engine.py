@@ -153,9 +153,8 @@ class LLMEngine:
         self.vision = vision
         self.metrics = metrics or LLMMetrics()
         device = model.embed_tokens.weight.device
-        bs = self.config.block_size
         # one block more than the pool hands out: scratch for the padding rows of a captured step
-        self.kv = new_kv_cache(model.cfg, self.config.num_blocks + 1, bs, str(device))
+        self.kv = new_kv_cache(model.cfg, self.config.num_blocks + 1, self.config.block_size, str(device))
         self.pool = BlockPool(self.config.num_blocks)
         self.waiting: dict[str, LLMRequest] = {}
         self.running: dict[str, LLMRequest] = {}
@@ -170,10 +169,16 @@ class LLMEngine:
         self.graphs: StepGraphs | None = None
         if self.config.cuda_graphs and device.type == "cuda":
             try:
-                self.graphs = StepGraphs(model, self.kv, bs, -(-self.max_model_len // bs), self.config.max_step_tokens,
-                                         scratch_block=self.config.num_blocks, capture=True)
+                self.use_step_graphs(capture=True)
             except RuntimeError as exc:  # slower without them, still right
                 log.warning("LLM %s: CUDA graph capture failed (%s); steps run eagerly", name, exc)
+
+    def use_step_graphs(self, capture: bool) -> None:
+        """Run steps through the padded fixed-shape step (llm/cuda_graphs.py), captured
+        as CUDA graphs when `capture`; uncaptured, the tests check its tokens on a CPU."""
+        bs = self.config.block_size
+        self.graphs = StepGraphs(self.model, self.kv, bs, -(-self.max_model_len // bs), self.config.max_step_tokens,
+                                 scratch_block=self.config.num_blocks, capture=capture)
 
     # -- requests -----------------------------------------------------------------------------------
     def add_request(self, prompt: str | list[int], params: SamplingParams | None = None, priority: int = 0,

@@ -21,19 +21,20 @@ from llm.tokenizer import Tokenizer
 DEFAULT_LLM = "scene-lm"
 
 
-def _versions(folder: Path) -> list[int]:
-    return sorted(int(v.name) for v in folder.iterdir()
-                  if v.is_dir() and v.name.isdigit() and (v / "config.json").exists() and (v / "tokenizer.json").exists())
+def latest_version(root: Path, name: str) -> Path:
+    """The folder of a model's newest version in the repository (`root/name/N/`)."""
+    folder = Path(root) / name
+    versions = sorted(int(v.name) for v in folder.iterdir() if v.is_dir() and v.name.isdigit() and (
+        v / "config.json").exists() and (v / "tokenizer.json").exists()) if folder.is_dir() else []
+    if not versions:
+        raise FileNotFoundError(f"{folder}: no LLM versions (a folder N/ with config.json, *.safetensors and "
+                                "tokenizer.json)")
+    return folder / str(versions[-1])
 
 
 def load_llm(root: Path, name: str, device: str = "cpu", config: EngineConfig | None = None, vision=None,
              metrics=None) -> LLMEngine:
-    folder = Path(root) / name
-    versions = _versions(folder) if folder.is_dir() else []
-    if not versions:
-        raise FileNotFoundError(f"{folder}: no LLM versions (a folder N/ with config.json, *.safetensors and "
-                                "tokenizer.json)")
-    path = folder / str(versions[-1])
+    path = latest_version(root, name)
     model = LlamaModel.from_pretrained(path, device)
     tok = Tokenizer(path, eos_ids=model.cfg.eos_ids)
     return LLMEngine(model, tok, config, name=name, vision=vision, metrics=metrics)

@@ -8,7 +8,7 @@ import random
 import pytest
 import torch
 
-from llm.cuda_graphs import StepGraphs, graph_sizes
+from llm.cuda_graphs import graph_sizes
 from llm.engine import EngineConfig, LLMEngine
 from llm.model import LlamaModel
 from llm.sampling import SamplingParams
@@ -28,14 +28,15 @@ MODES = ["cpu", "cpu-static", pytest.param("cuda", marks=[pytest.mark.gpu, pytes
 
 
 def make_engine(folder, config: EngineConfig, mode: str) -> LLMEngine:
-    device = "cuda" if mode == "cuda" else "cpu"
-    engine = LLMEngine(LlamaModel.from_pretrained(folder, device), Tokenizer(folder), config)
+    engine = LLMEngine(LlamaModel.from_pretrained(folder, device_of(mode)), Tokenizer(folder), config)
     if mode == "cpu-static":
-        bs = config.block_size
-        engine.graphs = StepGraphs(engine.model, engine.kv, bs, -(-engine.max_model_len // bs), config.max_step_tokens,
-                                   scratch_block=config.num_blocks, capture=False)
+        engine.use_step_graphs(capture=False)
     assert (engine.graphs is not None) == (mode != "cpu")
     return engine
+
+
+def device_of(mode: str) -> str:
+    return "cuda" if mode == "cuda" else "cpu"
 
 
 def hf_greedy(folder, prompt: list[int], n: int, device: str = "cpu") -> list[int]:
@@ -79,7 +80,7 @@ def test_greedy_tokens_equal_transformers(tiny, config, mode):
     engine = make_engine(tiny, config, mode)
     got = run_engine(engine, jobs)
     for i, (_, prompt, n) in enumerate(jobs):
-        assert got[i] == hf_greedy(tiny, prompt, n, "cuda" if mode == "cuda" else "cpu"), f"request {i} (prompt {len(prompt)} tokens)"
+        assert got[i] == hf_greedy(tiny, prompt, n, device_of(mode)), f"request {i} (prompt {len(prompt)} tokens)"
     assert engine.pool.num_free == config.num_blocks
     if engine.graphs is not None:
         assert engine.graphs.steps == engine.num_steps, "a step did not go through the padded static path"
