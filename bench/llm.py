@@ -8,12 +8,18 @@
 
 Workload: Poisson arrivals; prompts are scene-lm caption prompts; output lengths drawn
 uniformly from 8 to 256 tokens (generated to exactly that length). For each system
-the highest arrival rate is searched (doubling, then two bisection steps) at which p99
-latency stays within a bound, and the throughput (generated tokens/s) at that rate is
-reported: throughput at equal p99. The bound is 4x the time one 256-token request
+the highest arrival rate is searched (doubling, then three bisection steps) at which
+p99 latency stays within a bound, and the throughput (generated tokens/s) at that rate
+is reported: throughput at equal p99. The bound is 4x the time one 256-token request
 takes alone on the slowest of the three, so that each of them meets it at a light
 load. A trial spans at least `trial_s` seconds of arrivals, so that a queue that
 builds at a rate beyond a system's capacity shows in its p99.
+
+Near a system's capacity one trial's p99 swings with the machine (on a shared 2-core
+VM the same rate gave 2.35 s in one run and 3.5 s in another), so the three searches
+take turns, a trial each, so that a slow spell of the machine falls on all three
+alike, and a rate that breaks the bound narrowly is tried once more before it counts
+as beyond. The time alone is the median of three runs.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Generator
 
 import numpy as np
 import torch
@@ -139,6 +145,72 @@ def run_hf_static(model, jobs: list[Job], max_batch: int, pad_id: int) -> tuple[
     return latencies, time.perf_counter() - t0, tokens
 
 
+Search = Generator[float, dict, "dict | None"]
+RETRY_MARGIN = 1.5  # a trial's p99 within this many bounds may be the machine's slow spell
+
+
+def rate_search(start: float, bound_s: float, max_rate: float, bisections: int, retries: int) -> Search:
+    """The highest rate whose trial's p99 is within `bound_s`: yields the rates to try,
+    is sent each trial's result, returns the best trial (None if even start/8 breaks
+    the bound). Halves `start` while it breaks the bound (up to three times), doubles
+    while within it (up to `max_rate`), then bisects between the last rate within and
+    the first beyond. A rate that breaks the bound by less than RETRY_MARGIN is tried
+    `retries` more times (far beyond it, the queue grew: no fluke)."""
+
+    def within(rate: float) -> Generator[float, dict, "dict | None"]:
+        for _ in range(1 + retries):
+            t = yield rate
+            if t["p99_s"] <= bound_s:
+                return t
+            if t["p99_s"] > RETRY_MARGIN * bound_s:
+                break
+        return None
+
+    rate = start
+    for _ in range(4):
+        best = yield from within(rate)
+        if best is not None:
+            break
+        rate /= 2
+    if best is None:
+        return None
+    good, bad = rate, None
+    while rate * 2 <= max_rate:
+        rate *= 2
+        t = yield from within(rate)
+        if t is None:
+            bad = rate
+            break
+        best, good = t, rate
+    for _ in range(bisections if bad is not None else 0):
+        mid = (good + bad) / 2
+        t = yield from within(mid)
+        if t is None:
+            bad = mid
+        else:
+            best, good = t, mid
+    return best
+
+
+def take_turns(searches: dict[str, Search], trial: Callable[[str, float], dict]) -> dict[str, "dict | None"]:
+    """Runs the searches a trial each in turn, until each has its answer."""
+    results: dict[str, dict | None] = {}
+    pending = {}
+    for name, search in searches.items():
+        try:
+            pending[name] = next(search)
+        except StopIteration as done:
+            results[name] = done.value
+    while pending:
+        for name in list(pending):
+            try:
+                pending[name] = searches[name].send(trial(name, pending[name]))
+            except StopIteration as done:
+                results[name] = done.value
+                del pending[name]
+    return {name: results[name] for name in searches}
+
+
 def p99(xs: list[float]) -> float:
     return float(np.percentile(np.array(xs), 99))
 
@@ -166,7 +238,7 @@ def run_llm_bench(opts: LLMBenchOptions, log: Callable[[str], None] = print) -> 
     alone = {}
     for name, run in systems.items():
         run(alone_job)  # warm-up: first calls, allocator, kernels
-        alone[name] = run(alone_job)[0][0]
+        alone[name] = float(np.median([run(alone_job)[0][0] for _ in range(3)]))  # the bound hangs on it
     bound_s = opts.bound_factor * max(alone.values())
     log(f"one {opts.max_tokens}-token request alone: "
         + ", ".join(f"{k} {v:.2f} s" for k, v in alone.items()) + f"; p99 bound {bound_s:.2f} s")
@@ -175,39 +247,22 @@ def run_llm_bench(opts: LLMBenchOptions, log: Callable[[str], None] = print) -> 
                  "max_batch": opts.max_batch, "output_tokens": [opts.min_tokens, opts.max_tokens],
                  "alone_s": {k: round(v, 3) for k, v in alone.items()}, "p99_bound_s": round(bound_s, 3),
                  "systems": {}}
-    for name, run in systems.items():
+    trials: dict[str, list[dict]] = {name: [] for name in systems}
 
-        def trial(rate: float) -> dict:
-            size = n if opts.quick else max(n, round(rate * opts.trial_s))
-            lats, span, tokens = run(workload(tok, rate, size, opts))
-            t = {"rate_per_s": round(rate, 3), "requests": size, "p99_s": round(p99(lats), 3),
-                 "tps": round(tokens / span, 1)}
-            trials.append(t)
-            log(f"  {name:14s} rate {rate:6.2f}/s ({size} requests): p99 {t['p99_s']:.2f} s, {t['tps']:.0f} tokens/s")
-            return t
+    def trial(name: str, rate: float) -> dict:
+        size = n if opts.quick else max(n, round(rate * opts.trial_s))
+        lats, span, tokens = systems[name](workload(tok, rate, size, opts))
+        t = {"rate_per_s": round(rate, 3), "requests": size, "p99_s": round(p99(lats), 3),
+             "tps": round(tokens / span, 1)}
+        trials[name].append(t)
+        log(f"  {name:14s} rate {rate:6.2f}/s ({size} requests): p99 {t['p99_s']:.2f} s, {t['tps']:.0f} tokens/s")
+        return t
 
-        trials: list[dict] = []
-        rate = 1.0 / alone["vigil"]  # one request per unloaded service time: a light load
-        for _ in range(3):  # too much for this system already: halve it
-            t = trial(rate)
-            if t["p99_s"] <= bound_s:
-                break
-            rate /= 2
-        best, rate = (t, rate * 2) if t["p99_s"] <= bound_s else (None, rate)
-        while best is not None and rate <= opts.max_rate:  # double the rate until p99 breaks the bound
-            t = trial(rate)
-            if t["p99_s"] > bound_s:
-                break
-            best, rate = t, rate * 2
-        if best is not None and rate <= opts.max_rate and not opts.quick:
-            good, bad = best["rate_per_s"], rate
-            for _ in range(2):  # bisect between the last rate within the bound and the first beyond it
-                t = trial((good + bad) / 2)
-                if t["p99_s"] <= bound_s:
-                    best, good = t, t["rate_per_s"]
-                else:
-                    bad = t["rate_per_s"]
-        out["systems"][name] = {"best": best, "trials": trials}
+    start = 1.0 / alone["vigil"]  # one request per unloaded service time: a light load
+    out["search"] = {"bisections": 0 if opts.quick else 3, "retries": 0 if opts.quick else 1}
+    searches = {name: rate_search(start, bound_s, opts.max_rate, **out["search"]) for name in systems}
+    for name, best in take_turns(searches, trial).items():
+        out["systems"][name] = {"best": best, "trials": trials[name]}
     best = {k: v["best"] or {"tps": 0.0, "p99_s": None, "rate_per_s": 0.0} for k, v in out["systems"].items()}
     out.update(vigil_tps=best["vigil"]["tps"], hf_static_tps=best["hf_static"]["tps"],
                request_level_tps=best["request_level"]["tps"],
