@@ -195,19 +195,20 @@ def rate_search(start: float, bound_s: float, max_rate: float, bisections: int, 
 def take_turns(searches: dict[str, Search], trial: Callable[[str, float], dict]) -> dict[str, "dict | None"]:
     """Runs the searches a trial each in turn, until each has its answer."""
     results: dict[str, dict | None] = {}
-    pending = {}
-    for name, search in searches.items():
+    rates: dict[str, float] = {}  # the rate each unfinished search asks for next
+
+    def advance(name: str, result: dict | None) -> None:  # None starts a search
         try:
-            pending[name] = next(search)
+            rates[name] = searches[name].send(result)
         except StopIteration as done:
             results[name] = done.value
-    while pending:
-        for name in list(pending):
-            try:
-                pending[name] = searches[name].send(trial(name, pending[name]))
-            except StopIteration as done:
-                results[name] = done.value
-                del pending[name]
+            rates.pop(name, None)
+
+    for name in searches:
+        advance(name, None)
+    while rates:
+        for name in list(rates):
+            advance(name, trial(name, rates[name]))
     return {name: results[name] for name in searches}
 
 

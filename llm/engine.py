@@ -2,9 +2,10 @@
 
 `schedule` (llm/scheduler.py) decides from counters and free blocks; `execute` builds
 one flattened batch of every scheduled request's tokens and runs the model over the
-paged KV cache (on a GPU by replaying a captured CUDA graph, llm/cuda_graphs.py); `update` samples a token for every request whose computed tokens
-reached its end, checks stop conditions, streams text, and frees the blocks of
-finished, aborted and preempted requests.
+paged KV cache (on a GPU by replaying a captured CUDA graph, llm/cuda_graphs.py);
+`update` samples a token for every request whose computed tokens reached its end,
+checks stop conditions, streams text, and frees the blocks of finished, aborted and
+preempted requests.
 
 Requests are added and aborted from any thread; `start()` runs the loop on its own
 thread. When a vision engine shares the device (`vision=`), a step starts only while
@@ -98,9 +99,17 @@ class LLMRequest:
     outputs: "queue.Queue[Output]" = field(default_factory=queue.Queue)
     stream: bool = True  # text pieces as they are generated; else one piece at the end
 
-    @property
-    def all_ids(self) -> list[int]:
-        return self.prompt_ids + self.output_ids
+    def token_ids(self, start: int, n: int) -> list[int]:
+        """Tokens start .. start+n-1 of prompt + output, without copying the whole
+        sequence (a decode step asks each request for one token)."""
+        prompt = len(self.prompt_ids)
+        if start >= prompt:
+            return self.output_ids[start - prompt:start - prompt + n]
+        return self.prompt_ids[start:start + n] + self.output_ids[:max(0, start + n - prompt)]
+
+    def slot(self, position: int, block_size: int) -> int:
+        """The KV cache slot of a position: its block's place in the pool, then its offset."""
+        return self.blocks[position // block_size] * block_size + position % block_size
 
     @property
     def num_tokens(self) -> int:
@@ -284,23 +293,19 @@ class LLMEngine:
         if self.graphs is not None and sum(n for _, n in scheduled) <= self.graphs.max_tokens:
             rows, last = [], []
             for req, n in scheduled:  # a row per token: (token, position, slot, context length, block table...)
-                start, prompt = req.num_computed_tokens, len(req.prompt_ids)
-                ids = (req.all_ids[start:start + n] if n > 1 else  # one token: no copy of the whole sequence
-                       [req.prompt_ids[start] if start < prompt else req.output_ids[start - prompt]])
-                for p, token in enumerate(ids, start):
-                    rows.append([token, p, req.blocks[p // bs] * bs + p % bs, p + 1, *req.blocks])
+                for p, token in enumerate(req.token_ids(req.num_computed_tokens, n), req.num_computed_tokens):
+                    rows.append([token, p, req.slot(p, bs), p + 1, *req.blocks])
                 last.append(len(rows) - 1)
             logits = self.graphs.run(rows)
             return logits if len(last) == len(rows) else logits[torch.tensor(last, device=logits.device)]
         tokens, positions, slots, seqs = [], [], [], []
         for req, n in scheduled:
             start = req.num_computed_tokens
-            ids = req.all_ids[start:start + n]
             seqs.append(SeqBatch(len(tokens), n, start + n, list(req.blocks)))
-            tokens += ids
+            tokens += req.token_ids(start, n)
             for p in range(start, start + n):
                 positions.append(p)
-                slots.append(req.blocks[p // bs] * bs + p % bs)
+                slots.append(req.slot(p, bs))
         device = self.kv.device
         batch = Batch(torch.tensor(tokens, device=device), torch.tensor(positions, device=device), seqs,
                       torch.tensor(slots, device=device), bs)

@@ -342,9 +342,8 @@ class DecodeAttention:
         return cls(tables.reshape(-1), shape, mask, rows, buffers)
 
     def gather(self, kv: torch.Tensor, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
-        if self.buffers is None:
-            return tuple(torch.index_select(kv[layer, j], 0, self.tables).view(self.shape) for j in (0, 1))
-        return tuple(torch.index_select(kv[layer, j], 0, self.tables, out=self.buffers[j]).view(self.shape)
+        buffers = self.buffers or (None, None)
+        return tuple(torch.index_select(kv[layer, j], 0, self.tables, out=buffers[j]).view(self.shape)
                      for j in (0, 1))
 
 

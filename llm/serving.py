@@ -24,8 +24,9 @@ DEFAULT_LLM = "scene-lm"
 def latest_version(root: Path, name: str) -> Path:
     """The folder of a model's newest version in the repository (`root/name/N/`)."""
     folder = Path(root) / name
-    versions = sorted(int(v.name) for v in folder.iterdir() if v.is_dir() and v.name.isdigit() and (
-        v / "config.json").exists() and (v / "tokenizer.json").exists()) if folder.is_dir() else []
+    complete = [v for v in folder.iterdir() if v.is_dir() and v.name.isdigit()
+                and (v / "config.json").exists() and (v / "tokenizer.json").exists()] if folder.is_dir() else []
+    versions = sorted(int(v.name) for v in complete)
     if not versions:
         raise FileNotFoundError(f"{folder}: no LLM versions (a folder N/ with config.json, *.safetensors and "
                                 "tokenizer.json)")

@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from llm.engine import EngineConfig, LLMEngine
+from llm.engine import EngineConfig, LLMEngine, LLMRequest
 from llm.model import LlamaModel
 from llm.sampling import SamplingParams
 from llm.tokenizer import Tokenizer
@@ -132,3 +132,12 @@ def test_vision_first_llm_waits_while_vision_has_work(tiny):
     vision.queued = 0
     assert h.result(10).finish_reason == "length"
     e.close()
+
+
+def test_a_requests_tokens_span_its_prompt_and_output():
+    req = LLMRequest("r", [1, 2, 3, 4], SamplingParams(), 0, 0.0)
+    req.output_ids = [5, 6, 7]
+    whole = [1, 2, 3, 4, 5, 6, 7]
+    assert all(req.token_ids(s, n) == whole[s:s + n] for s in range(7) for n in range(1, 8 - s))
+    req.blocks = [9, 3]
+    assert [req.slot(p, 4) for p in (0, 3, 4, 7)] == [36, 39, 12, 15]
