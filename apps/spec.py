@@ -13,17 +13,43 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Iterable, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (BaseModel, ConfigDict, Field, StrictFloat, StringConstraints, ValidationError,
+                      WithJsonSchema, field_validator, model_validator)
 
-from apps.detectors import HOST_DETECTORS
+from apps.detectors import HOST_DETECTORS, build_host_detector
+from apps.documents import load_yaml
+from streams.blocks import MAX_FPS
+from streams.numbers import json_int
 
 BUILTIN_DIR = Path(__file__).parent / "builtin"
-NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
+NAME_PATTERN = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")  # matched whole (fullmatch): no trailing newline
+NAME_RULE = "lowercase letters, digits, '-' or '_' (at most 64, starting with a letter or digit)"
+MAX_SHOWN_CHARS = 200  # a value echoed in an error message is cut to this
 
-Point = tuple[float, float]
+# Lines and zones are checked by validators that name the problem in words; their JSON
+# schema states the same rules, so the OpenAPI document promises what is accepted.
+_POINT = {"type": "array", "prefixItems": [{"type": "number", "minimum": 0, "maximum": 1}] * 2,
+          "minItems": 2, "maxItems": 2}
+Point = Annotated[tuple[StrictFloat, StrictFloat], WithJsonSchema(_POINT)]
+Line = Annotated[tuple[Point, Point], WithJsonSchema({"type": "array", "prefixItems": [_POINT, _POINT],
+                                                      "minItems": 2, "maxItems": 2, "uniqueItems": True})]
+Zone = Annotated[list[Point], Field(max_length=256),
+                 WithJsonSchema({"type": "array", "items": _POINT, "minItems": 3, "maxItems": 256})]
+# names of lines and zones: they appear in events, metrics and topics
+PartName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9 _-]{0,63}$")]
+
+
+def valid_name(name: Any) -> bool:
+    """A stream, app or model name: NAME_PATTERN, matched as a whole."""
+    return isinstance(name, str) and NAME_PATTERN.fullmatch(name) is not None
+
+
+def shown(value: Any) -> str:
+    """`repr(value)` cut to about MAX_SHOWN_CHARS characters, for error messages."""
+    text = repr(value)
+    return text if len(text) <= MAX_SHOWN_CHARS else f"{text[:MAX_SHOWN_CHARS]}... ({len(text)} characters)"
 
 
 class SpecError(ValueError):
@@ -31,10 +57,10 @@ class SpecError(ValueError):
 
 
 class TrackerOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, strict=True)
 
-    lost_track_s: float = Field(1.5, gt=0, description="keep a lost track this long for re-association")
-    min_hits: int = Field(3, ge=1, description="consecutive detections before a track is confirmed")
+    lost_track_s: float = Field(1.5, gt=0, le=600, description="keep a lost track this long for re-association")
+    min_hits: json_int(ge=1, le=1000) = Field(3, description="consecutive detections before a track is confirmed")
     match_iou: float = Field(0.1, gt=0, lt=1, description="minimum IoU to match a detection to a track")
     activation_confidence: float = Field(0.25, ge=0, le=1, description="confidence to start a track")
 
@@ -43,31 +69,57 @@ class SkipOptions(BaseModel):
     """Static-frame skipping (NoScope's difference detector, Clipper's cache): a frame
     that differs from the last analysed one by less than `threshold` reuses its result."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, strict=True)
 
-    threshold: float = Field(12.0, gt=0, description="largest change of any thumbnail cell, in 8-bit levels, "
-                                                       "after dividing out the global brightness")
-    cell_px: int = Field(10, ge=2, description="thumbnail cell size in pixels")
-    max_skip_s: float = Field(2.0, gt=0, description="analyse at least this often anyway")
+    threshold: float = Field(12.0, gt=0, le=255, description="largest change of any thumbnail cell, in 8-bit "
+                                                               "levels, after dividing out the global brightness")
+    cell_px: json_int(ge=2, le=256) = Field(10, description="thumbnail cell size in pixels")
+    max_skip_s: float = Field(2.0, gt=0, le=3600, description="analyse at least this often anyway")
+
+
+_HOSTS = sorted(HOST_DETECTORS)
+# The rules between fields (the validator below), as JSON Schema says them
+_CROSS_FIELD_RULES = [
+    {"if": {"required": ["select"], "properties": {"select": {"const": "adaptive"}}},
+     "then": {"properties": {"model_version": {"type": "null"}, "detector": {"not": {"enum": _HOSTS}}}}},
+    {"if": {"properties": {"detector": {"not": {"enum": _HOSTS}}}},
+     "then": {"properties": {"detector_options": {"maxProperties": 0}}}},
+    *({"if": {"required": ["detector"], "properties": {"detector": {"const": name}}},
+       "then": {"properties": {"classes": {"anyOf": [{"type": "array", "items": {"enum": list(info.labels)}},
+                                                      {"type": "null"}]},
+                               "detector_options": info.options.model_json_schema()}}}
+      for name, info in HOST_DETECTORS.items()),
+]
 
 
 class AppSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    """Every number is finite and bounded, every collection capped: a spec is stored,
+    returned by every listing and applied to every frame."""
 
-    name: str
-    source: str | None = Field(None, description="stream URL; `vigil run SOURCE` overrides it")
-    detector: str = Field("scenedet", description="a model in the repository, or a host detector: "
-                                                    f"{', '.join(sorted(HOST_DETECTORS))}")
-    model_version: int | str | None = Field(None, description="model version number or label (stable, canary); "
-                                                                "the latest loaded when omitted")
-    detector_options: dict[str, Any] = Field(default_factory=dict, description="options of a host detector")
-    classes: list[str] | None = Field(None, description="keep only these classes; all when omitted")
-    fps: float | None = Field(None, gt=0, description="frames per second to analyse; every frame when omitted")
-    min_confidence: float = Field(0.3, ge=0, le=1)
-    lines: dict[str, tuple[Point, Point]] = Field(default_factory=dict)
-    zones: dict[str, list[Point]] = Field(default_factory=dict)
-    slo_ms: float = Field(1000.0, gt=0, description="latency target per frame, capture to result")
-    priority: int = Field(0, ge=0, le=10, description="higher runs first when the device is contended")
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False,
+                              json_schema_extra={"allOf": _CROSS_FIELD_RULES})
+
+    name: str = Field(description=NAME_RULE, max_length=64, json_schema_extra={"pattern": f"^{NAME_PATTERN.pattern}$"})
+    source: str | None = Field(None, max_length=4096, description="the stream (a name under `vigil serve`, a URL "
+                                                                 "or path for `vigil run`, which overrides it)")
+    detector: str = Field("scenedet", max_length=64, json_schema_extra={"pattern": f"^{NAME_PATTERN.pattern}$"},
+                          description=f"a model in the repository, or a host detector: {', '.join(HOST_DETECTORS)}")
+    model_version: json_int(ge=1, le=2**31) | Annotated[str, Field(max_length=64)] | None = Field(
+        None, description="model version number or label (stable, canary); the latest loaded when omitted")
+    detector_options: dict[str, Any] = Field(default_factory=dict, max_length=32,
+                                             description="options of a host detector")
+    classes: list[Annotated[str, Field(max_length=64)]] | None = Field(
+        None, max_length=256, description="keep only these classes; all when omitted")
+    fps: float | None = Field(None, gt=0, le=MAX_FPS, strict=True,
+                              description="frames per second to analyse; every frame when omitted")
+    min_confidence: float = Field(0.3, ge=0, le=1, strict=True)
+    lines: dict[PartName, Line] = Field(default_factory=dict, max_length=64,
+                                        json_schema_extra={"additionalProperties": False})
+    zones: dict[PartName, Zone] = Field(default_factory=dict, max_length=64,
+                                        json_schema_extra={"additionalProperties": False})
+    slo_ms: float = Field(1000.0, gt=0, le=600_000, strict=True,
+                          description="latency target per frame, capture to result")
+    priority: json_int(ge=0, le=10) = Field(0, description="higher runs first when the device is contended")
     tracker: TrackerOptions = Field(default_factory=TrackerOptions)
     skip_static: SkipOptions | None = Field(None, description="skip inference on frames that did not change")
     select: Literal["fixed", "adaptive"] = Field("fixed", description="adaptive: the engine picks among the "
@@ -76,15 +128,14 @@ class AppSpec(BaseModel):
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
-        if not NAME_PATTERN.match(v):
-            raise ValueError("must be lowercase letters, digits, '-' or '_' (at most 64, starting "
-                             "with a letter or digit)")
+        if not valid_name(v):
+            raise ValueError(f"must be {NAME_RULE}")
         return v
 
     @field_validator("detector")
     @classmethod
     def _detector(cls, v: str) -> str:
-        if not NAME_PATTERN.match(v):
+        if not valid_name(v):
             raise ValueError("must name a model in the repository or a host detector "
                              f"({', '.join(sorted(HOST_DETECTORS))})")
         return v
@@ -115,6 +166,7 @@ class AppSpec(BaseModel):
                 if c not in host.labels:
                     raise ValueError(f"classes: {c!r} is not produced by detector {self.detector!r} "
                                      f"(it produces {list(host.labels)})")
+            build_host_detector(self.detector, self.detector_options)  # refuses bad options now, not per frame
         elif self.detector_options:
             raise ValueError("detector_options are for host detectors; a model's options live in its model.yaml")
         if self.select == "adaptive" and (host is not None or self.model_version is not None):
@@ -145,32 +197,49 @@ def parse_spec(data: Any, origin: str = "app spec") -> AppSpec:
     try:
         return AppSpec.model_validate(data)
     except ValidationError as exc:
-        raise SpecError(format_validation_error(origin, exc)) from None
+        raise SpecError(format_errors(exc.errors(), origin, AppSpec.model_fields)) from None
 
 
-def format_validation_error(origin: str, exc: ValidationError) -> str:
+def format_errors(errors: list[dict], origin: str | None = None, fields: Iterable[str] = ()) -> str:
+    """Pydantic's errors, a line each: `origin: field: problem; was VALUE`, the value cut
+    short (a 1 MB bad field must not come back as a 1 MB error), the first ten only (a
+    thousand bad points need only a few), an unknown field with the known ones."""
+    prefix = f"{origin}: " if origin else ""
     problems = []
-    for err in exc.errors():
-        field = ".".join(str(p) for p in err["loc"]) or "(spec)"
+    for err in errors[:10]:
+        field = field_path(err["loc"]) or "(spec)"
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
-            msg = "unknown field; check the spelling (fields: " + ", ".join(AppSpec.model_fields) + ")"
+            msg = "unknown field; check the spelling" + (f" (fields: {', '.join(fields)})" if fields else "")
         given = err.get("input")
-        shown = "" if err["type"] in ("missing", "extra_forbidden") or isinstance(given, dict) else f"; was {given!r}"
-        problems.append(f"{origin}: {field}: {msg}{shown}")
+        quiet = err["type"] in ("missing", "extra_forbidden") or isinstance(given, dict)
+        echo = "" if quiet else f"; was {shown(given)}"
+        problems.append(f"{prefix}{field[:MAX_SHOWN_CHARS]}: {msg[:MAX_SHOWN_CHARS]}{echo}")
+    if len(errors) > 10:
+        problems.append(f"{prefix}... and {len(errors) - 10} more problems")
     return "\n".join(problems)
+
+
+_BRANCH_TAGS = {"int", "str", "float", "bool", "list", "none", "constrained-str", "constrained-int"}
+
+
+def field_path(loc) -> str:
+    """`zones.z.3` from a pydantic error's location, without the tags of union branches
+    (`model_version.function-after[...]`) that mean nothing to the user."""
+    return ".".join(str(p) for p in loc
+                    if not (isinstance(p, str) and ("[" in p or "(" in p or p in _BRANCH_TAGS)))
 
 
 def load_spec(ref: str) -> AppSpec:
     """A built-in app name, or a path to a YAML/JSON spec file."""
-    path = BUILTIN_DIR / f"{ref}.yaml" if NAME_PATTERN.match(ref) and not Path(ref).exists() else Path(ref)
+    path = BUILTIN_DIR / f"{ref}.yaml" if valid_name(ref) and not Path(ref).exists() else Path(ref)
     if not path.exists():
         raise SpecError(f"unknown app {ref!r}: not a built-in app ({', '.join(builtin_names())}) "
                         "and no such spec file")
     try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise SpecError(f"{path}: not valid YAML: {exc}") from None
+        data = load_yaml(path.read_text())
+    except ValueError as exc:
+        raise SpecError(f"{path}: {exc}") from None
     except OSError as exc:
         raise SpecError(f"{path}: cannot read: {exc.strerror}") from None
     return parse_spec(data, origin=str(path) if path.parent != BUILTIN_DIR else ref)

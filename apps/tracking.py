@@ -56,4 +56,8 @@ class Tracker:
         return self._votes[track_id].most_common(1)[0][0]
 
     def forget(self, track_id: int) -> None:
+        """The app ended this track: it must not come back under the same id. ByteTrack
+        keeps a lost track for a number of *updates*, which can outlast the app's
+        lost_track_s of stream time when frames are skipped or dropped."""
         self._votes.pop(track_id, None)
+        self._byte.lost_tracks = [t for t in self._byte.lost_tracks if t.external_track_id != track_id]

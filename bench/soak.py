@@ -23,13 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
 from support.processes import RtspServer, VigilServer, wait_for  # noqa: E402
-
-
-def rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024.0
-    raise RuntimeError("no VmRSS")
+from support.watch import rss_mb  # noqa: E402
 
 
 def run(minutes: float, log=print) -> dict:

@@ -219,13 +219,19 @@ class Engine:
                 states.append(state)
         for state in hopeless:  # dropped at the door: no host work spent on them
             self._fail(state, "deadline", "the queue ahead cannot clear in time")
-        # Host work outside the lock: preprocess each distinct root input once.
+        # Host work outside the lock: preprocess each distinct root input once. An image
+        # the model cannot take fails its own request ("invalid"), never the others.
         inputs: dict[int, Any] = {}
         for i, state in enumerate(states):
             if state is None or self._root_pending(state):
                 continue
             t0 = time.perf_counter()
-            inputs[i] = state.servable.model.preprocess(state.request.image[None])[0]
+            try:
+                inputs[i] = state.servable.model.preprocess(state.request.image[None])[0]
+            except Exception as exc:
+                self._fail(state, "invalid", f"preprocess: {type(exc).__name__}: {exc}")
+                states[i] = None
+                continue
             self._note_host(state.request.model, (time.perf_counter() - t0) * 1000.0)
         with self._cond:
             for i, state in enumerate(states):
@@ -236,6 +242,8 @@ class Engine:
                     self._enqueue(state, root, inputs.get(i), self._key(state.request))
                 except Dropped as exc:
                     self._fail(state, exc.reason, str(exc))
+                except Exception as exc:  # preprocessing the entry it was to share
+                    self._fail(state, "invalid", f"preprocess: {type(exc).__name__}: {exc}")
             self._cond.notify_all()
         return futures
 

@@ -55,6 +55,8 @@ class ModelManager:
     lock: threading.RLock = field(default_factory=threading.RLock)
     versions: dict[str, dict[int, Servable]] = field(default_factory=dict)
     labels: dict[str, dict[str, int]] = field(default_factory=dict)
+    # labels set while serving (`set_label`): they win over model_config.yaml's on every later load
+    set_labels: dict[str, dict[str, int]] = field(default_factory=dict)
     sessions: dict[str, SessionInfo] = field(default_factory=dict)
     loading: int = 0  # loads in progress (readiness)
     on_free: Any = None  # callback(servable) after a version is freed
@@ -125,7 +127,7 @@ class ModelManager:
                     info.refs += 1
                 if model.random_weights:
                     log.warning("model %s version %s serves RANDOM WEIGHTS", name, model.version)
-            self.labels[name] = dict(config.labels)
+            self.labels[name] = {**config.labels, **self.set_labels.get(name, {})}
             if retire_others:
                 for v in [v for v in self.versions.get(name, {}) if v not in wanted]:
                     self._retire(name, v)
@@ -154,6 +156,7 @@ class ModelManager:
             if version not in self.versions.get(name, {}):
                 raise LookupError(f"model {name!r} version {version} is not loaded")
             self.labels.setdefault(name, {})[label] = version
+            self.set_labels.setdefault(name, {})[label] = version
 
     def _retire(self, name: str, version: int) -> None:
         servable = self.versions[name].pop(version)

@@ -14,13 +14,14 @@ vision has nothing queued, and holds the device turn for that one step.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import logging
 import queue
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterator
+from typing import AsyncIterator, Callable, Iterator
 
 import torch
 
@@ -32,6 +33,10 @@ from llm.scheduler import SchedulerConfig, SeqState, schedule
 from llm.tokenizer import Tokenizer
 
 log = logging.getLogger("vigil.llm")
+
+
+class EngineFull(Exception):
+    """`max_waiting` requests already wait: back-pressure, try again later."""
 
 
 class BlockPool:
@@ -63,6 +68,7 @@ class EngineConfig:
     max_step_tokens: int = 256
     request_level: bool = False  # ablation: a batch runs until its longest member ends
     cuda_graphs: bool = True  # on a GPU, steps replay captured CUDA graphs (llm/cuda_graphs.py)
+    max_waiting: int | None = None  # requests that may wait to run; past it add_request raises EngineFull
 
     def scheduler(self) -> SchedulerConfig:
         return SchedulerConfig(self.block_size, self.max_num_seqs, self.max_step_tokens, self.request_level)
@@ -75,6 +81,7 @@ class Output:
     text: str
     token_ids: list[int]
     finish_reason: str | None = None
+    error: str | None = None  # with finish_reason "error": what failed
 
 
 @dataclass
@@ -93,11 +100,13 @@ class LLMRequest:
     read_offset: int = 0  # decoded last time, as the context for the next piece
     sent: int = 0  # characters of `text` already streamed
     finish_reason: str | None = None
+    error: str | None = None
     first_token_s: float | None = None
     last_token_s: float | None = None
     num_preemptions: int = 0
     outputs: "queue.Queue[Output]" = field(default_factory=queue.Queue)
     stream: bool = True  # text pieces as they are generated; else one piece at the end
+    waker: Callable[[], None] | None = None  # called (on the engine's thread) after each output
 
     def token_ids(self, start: int, n: int) -> list[int]:
         """Tokens start .. start+n-1 of prompt + output, without copying the whole
@@ -139,15 +148,39 @@ class RequestHandle:
                 return
 
     def result(self, timeout_s: float | None = None) -> Output:
-        text, ids, reason = [], [], None
-        for out in self.stream(timeout_s):
-            text.append(out.text)
-            ids += out.token_ids
-            reason = out.finish_reason
-        return Output("".join(text), ids, reason)
+        return _joined(self.stream(timeout_s))
+
+    async def astream(self, timeout_s: float | None = None) -> AsyncIterator[Output]:
+        """`stream()` for an event loop: waits without holding a thread."""
+        loop = asyncio.get_running_loop()
+        ready = asyncio.Event()
+        self.request.waker = lambda: loop.call_soon_threadsafe(ready.set)
+        while True:
+            try:
+                out = self.request.outputs.get_nowait()
+            except queue.Empty:
+                ready.clear()
+                if self.request.outputs.empty():  # an output put since the check wakes the wait
+                    await asyncio.wait_for(ready.wait(), timeout_s)
+                continue
+            yield out
+            if out.finish_reason is not None:
+                return
+
+    async def aresult(self, timeout_s: float | None = None) -> Output:
+        outs = [out async for out in self.astream(timeout_s)]
+        return _joined(iter(outs))
 
     def cancel(self) -> None:
         self.engine.abort(self.request_id)
+
+
+def _joined(outputs: Iterator[Output]) -> Output:
+    text, ids, last = [], [], Output("", [])
+    for last in outputs:
+        text.append(last.text)
+        ids += last.token_ids
+    return Output("".join(text), ids, last.finish_reason, last.error)
 
 
 class LLMEngine:
@@ -209,6 +242,10 @@ class LLMEngine:
         if params.seed is not None:
             req.generator = torch.Generator(device=self.kv.device).manual_seed(params.seed)
         with self._cond:
+            if self.config.max_waiting is not None and len(self.waiting) >= self.config.max_waiting:
+                self.metrics.rejected.inc()
+                raise EngineFull(f"{len(self.waiting)} LLM requests are waiting already (the most allowed); "
+                                 "try again shortly")
             self.waiting[rid] = req
             self.metrics.prompt_tokens.inc(len(ids))
             self._cond.notify_all()
@@ -249,11 +286,11 @@ class LLMEngine:
                     return
             try:
                 self._step_when_device_free()
-            except Exception:
+            except Exception as exc:
                 log.exception("LLM step failed; failing the running requests")
                 with self._cond:
                     for req in list(self.running.values()) + list(self.waiting.values()):
-                        self._finish(req, "error")
+                        self._finish(req, "error", f"the engine step failed: {type(exc).__name__}: {exc}")
 
     def _step_when_device_free(self) -> None:
         if self.vision is None:
@@ -320,7 +357,13 @@ class LLMEngine:
             req.num_computed_tokens += n
             if req.request_id in self._aborted or req.num_computed_tokens < req.num_tokens:
                 continue  # a prefill chunk: no token yet
-            token = best if req.params.temperature == 0.0 else sample(logits[k], req.params, req.generator)
+            try:
+                token = best if req.params.greedy else sample(logits[k], req.params, req.generator)
+            except (ValueError, RuntimeError) as exc:  # this request's sampling alone: the batch goes on
+                log.warning("LLM request %s failed in sampling: %s", req.request_id, exc)
+                self._finish(req, "error", str(exc))
+                finished.append(req)
+                continue
             req.output_ids.append(token)
             generated += 1
             if req.first_token_s is None:
@@ -379,10 +422,13 @@ class LLMEngine:
             return
         piece = req.text[req.sent:upto]
         req.sent = upto
-        req.outputs.put(Output(piece, [], final))
+        req.outputs.put(Output(piece, [], final, req.error if final else None))
+        if req.waker is not None:
+            req.waker()
 
-    def _finish(self, req: LLMRequest, reason: str) -> None:
+    def _finish(self, req: LLMRequest, reason: str, error: str | None = None) -> None:
         req.finish_reason = reason
+        req.error = error
         self.running.pop(req.request_id, None)
         self.waiting.pop(req.request_id, None)
         self.pool.free(req.blocks)

@@ -24,6 +24,8 @@ class LLMMetrics:
         self.generation_tokens = Counter("vigil_llm_generation_tokens", "Tokens generated", registry=r)
         self.requests = Counter("vigil_llm_request_success", "Finished requests by reason", ["finished_reason"],
                                 registry=r)
+        self.rejected = Counter("vigil_llm_requests_rejected", "Requests refused because too many were waiting",
+                                registry=r)
 
     def finished(self, reason: str, e2e_s: float, num_prompt: int, num_generated: int) -> None:
         self.requests.labels(reason).inc()

@@ -3,9 +3,15 @@ with a per-request seed for reproducible sampling."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
+
+# Below this a temperature is greedy: dividing logits by 1e-300 overflows to inf and
+# the softmax to NaN (vLLM draws the line at the same place).
+GREEDY_BELOW = 1e-5
+MAX_TEMPERATURE = 100.0
 
 
 @dataclass(frozen=True)
@@ -20,22 +26,30 @@ class SamplingParams:
     def __post_init__(self) -> None:
         if self.max_tokens < 1:
             raise ValueError(f"max_tokens must be >= 1; was {self.max_tokens}")
-        if self.temperature < 0:
-            raise ValueError(f"temperature must be >= 0; was {self.temperature}")
-        if not 0 < self.top_p <= 1:
+        if not (math.isfinite(self.temperature) and 0 <= self.temperature <= MAX_TEMPERATURE):
+            raise ValueError(f"temperature must be in [0, {MAX_TEMPERATURE:g}]; was {self.temperature}")
+        if not (math.isfinite(self.top_p) and 0 < self.top_p <= 1):
             raise ValueError(f"top_p must be in (0, 1]; was {self.top_p}")
         if any(not s for s in self.stop):
             raise ValueError("stop strings must not be empty")
 
+    @property
+    def greedy(self) -> bool:
+        return self.temperature < GREEDY_BELOW
+
 
 def sample(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None = None) -> int:
-    """logits [vocab] -> one token id."""
-    if params.temperature == 0.0:
+    """logits [vocab] -> one token id. ValueError when the logits give no distribution
+    (the caller fails that request alone)."""
+    if params.greedy:
         return int(torch.argmax(logits))
     probs = torch.softmax(logits.float() / params.temperature, dim=-1)
+    if not bool(torch.isfinite(probs).all()):
+        raise ValueError("sampling: the logits give no probability distribution (not finite)")
     if params.top_p < 1.0:
         sorted_probs, order = torch.sort(probs, descending=True)
-        keep = torch.cumsum(sorted_probs, dim=-1) - sorted_probs < params.top_p  # always keeps the first
+        keep = torch.cumsum(sorted_probs, dim=-1) - sorted_probs < params.top_p
+        keep[0] = True  # the likeliest token, however small top_p (5e-324 is 0 in float32)
         sorted_probs = sorted_probs * keep
         probs = torch.zeros_like(probs).scatter_(0, order, sorted_probs)
     return int(torch.multinomial(probs, 1, generator=generator))

@@ -11,12 +11,15 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Annotated, AsyncIterator, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from llm.engine import EngineConfig, LLMEngine, Output, RequestHandle
 from llm.model import LlamaModel
 from llm.sampling import SamplingParams
 from llm.tokenizer import Tokenizer
+from streams.numbers import json_int
 
 DEFAULT_LLM = "scene-lm"
 
@@ -45,6 +48,57 @@ class RequestError(ValueError):
     """A malformed OpenAI-style request; the message names the field."""
 
 
+class GenerationFailed(RuntimeError):
+    """The engine failed this request (not the client's mistake); the message says why."""
+
+
+# -- the protocol: OpenAI's request bodies, with the bounds this server enforces ----------------------
+MAX_TOKENS = 65_536  # beyond any context served here; the context itself is checked on admission
+
+
+class StreamingOptions(BaseModel):
+    model_config = ConfigDict(extra="ignore", strict=True)
+
+    include_usage: bool = False
+
+
+class SamplingFields(BaseModel):
+    # strict: `"stream": "yes"` or `"seed": "12"` is a mistake to report, not to guess at
+    model_config = ConfigDict(extra="ignore", strict=True, allow_inf_nan=False)
+
+    model: str | None = Field(None, max_length=256)
+    max_tokens: json_int(ge=1, le=MAX_TOKENS) | None = Field(None, description="default 64")
+    temperature: float | None = Field(None, ge=0, le=2, description="0: greedy; default 1")
+    top_p: float | None = Field(None, gt=0, le=1)
+    seed: json_int(ge=0, le=2**53 - 1) | None = Field(None, description="at most 2**53 - 1, exact in every JSON client")
+    stop: Annotated[str, Field(min_length=1, max_length=256)] | \
+        list[Annotated[str, Field(min_length=1, max_length=256)]] | None = Field(None, max_length=8)
+    stream: bool = False
+    stream_options: StreamingOptions | None = None
+    n: json_int(ge=1, le=1) = Field(1, description="only 1")
+    ignore_eos: bool = False
+
+
+class CompletionRequest(SamplingFields):
+    prompt: Annotated[str, Field(min_length=1)] | Annotated[list[Annotated[str, Field(min_length=1)]],
+                                                            Field(min_length=1, max_length=1)] | \
+        Annotated[list[json_int(ge=0, le=2**31)], Field(min_length=1)] = Field(
+            description="a string (or a list of one string, or of token ids), at most limits.max_prompt_chars "
+                        "characters")
+
+
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(extra="ignore", strict=True)
+
+    role: Literal["system", "user", "assistant"]
+    content: str
+
+
+class ChatCompletionRequest(SamplingFields):
+    max_completion_tokens: json_int(ge=1, le=MAX_TOKENS) | None = None
+    messages: list[ChatMessage] = Field(min_length=1, max_length=256)
+
+
 @dataclass(frozen=True)
 class Completion:
     handle: RequestHandle
@@ -54,46 +108,36 @@ class Completion:
     created: int
 
 
-def sampling_from(body: dict[str, Any]) -> SamplingParams:
-    stop = body.get("stop") or ()
-    if isinstance(stop, str):
-        stop = (stop,)
-    max_tokens = body.get("max_tokens", body.get("max_completion_tokens"))
-    try:
-        return SamplingParams(max_tokens=int(64 if max_tokens is None else max_tokens),
-                              temperature=float(body.get("temperature", 1.0) if body.get("temperature") is not None
-                                                else 1.0),
-                              top_p=float(body.get("top_p") if body.get("top_p") is not None else 1.0),
-                              seed=body.get("seed"), stop=tuple(str(s) for s in stop),
-                              ignore_eos=bool(body.get("ignore_eos", False)))
-    except (TypeError, ValueError) as exc:
-        raise RequestError(str(exc)) from None
+def sampling_from(body: SamplingFields) -> SamplingParams:
+    stop = (body.stop,) if isinstance(body.stop, str) else tuple(body.stop or ())
+    max_tokens = getattr(body, "max_completion_tokens", None) if body.max_tokens is None else body.max_tokens
+    return SamplingParams(max_tokens=64 if max_tokens is None else max_tokens,
+                          temperature=1.0 if body.temperature is None else body.temperature,
+                          top_p=1.0 if body.top_p is None else body.top_p, seed=body.seed, stop=stop,
+                          ignore_eos=body.ignore_eos)
 
 
-def chat_prompt(messages: Any) -> str:
-    if not isinstance(messages, list) or not messages:
-        raise RequestError("messages: give a non-empty list of {role, content}")
-    lines = []
-    for i, m in enumerate(messages):
-        if not isinstance(m, dict) or not isinstance(m.get("content"), str) or m.get("role") not in (
-                "system", "user", "assistant"):
-            raise RequestError(f"messages.{i}: needs role (system | user | assistant) and string content")
-        lines.append(m["content"] if m["role"] == "user" and len(messages) == 1 else f"{m['role']}: {m['content']}")
+def chat_prompt(messages: list[ChatMessage]) -> str:
+    lines = [m.content if m.role == "user" and len(messages) == 1 else f"{m.role}: {m.content}" for m in messages]
     # scene-lm is not a chat model: a single user message is its prompt as it is
     return "\n".join(lines) + ("" if len(messages) == 1 else "\nassistant:")
 
 
-def start(engine: LLMEngine, body: dict[str, Any], chat: bool, priority: int = 5) -> Completion:
-    if body.get("n", 1) != 1:
-        raise RequestError("n: only 1 is supported")
-    prompt = chat_prompt(body.get("messages")) if chat else body.get("prompt")
-    if isinstance(prompt, list) and len(prompt) == 1:
+def start(engine: LLMEngine, body: CompletionRequest | ChatCompletionRequest, max_prompt_chars: int,
+          priority: int = 5) -> Completion:
+    """Admit a request; RequestError names a field, EngineFull means come back later."""
+    chat = isinstance(body, ChatCompletionRequest)
+    prompt = chat_prompt(body.messages) if chat else body.prompt
+    if isinstance(prompt, list) and isinstance(prompt[0], str):
         prompt = prompt[0]
-    if not (isinstance(prompt, str) and prompt) and not (isinstance(prompt, list) and prompt and
-                                                         all(isinstance(t, int) for t in prompt)):
-        raise RequestError("prompt: give a non-empty string (or a list of token ids)")
-    params = sampling_from(body)
-    handle = engine.add_request(prompt, params, priority=priority, stream=bool(body.get("stream")))
+    size = len(prompt)  # characters of text, or token ids
+    if size > max_prompt_chars:
+        field = "messages" if chat else "prompt"
+        raise RequestError(f"{field}: at most {max_prompt_chars} characters (limits.max_prompt_chars); was {size}")
+    try:
+        handle = engine.add_request(prompt, sampling_from(body), priority=priority, stream=body.stream)
+    except ValueError as exc:
+        raise RequestError(str(exc)) from None
     return Completion(handle, engine.name, "chat.completion" if chat else "text_completion",
                       f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:24]}", int(time.time()))
 
@@ -105,11 +149,13 @@ def _usage(c: Completion) -> dict:
 
 
 def _reason(reason: str | None) -> str | None:
-    return {"abort": "stop", "error": "stop"}.get(reason, reason) if reason else None
+    return "stop" if reason == "abort" else reason
 
 
-def complete(c: Completion, timeout_s: float = 600.0) -> dict:
-    out: Output = c.handle.result(timeout_s)
+def response(c: Completion, out: Output) -> dict:
+    """The whole answer to a request that was not streamed."""
+    if out.finish_reason == "error":
+        raise GenerationFailed(f"generation failed: {out.error}")
     choice = {"index": 0, "finish_reason": _reason(out.finish_reason)}
     if c.kind == "chat.completion":
         choice["message"] = {"role": "assistant", "content": out.text}
@@ -119,13 +165,17 @@ def complete(c: Completion, timeout_s: float = 600.0) -> dict:
             "usage": _usage(c)}
 
 
-def stream_chunks(c: Completion, include_usage: bool = False, timeout_s: float = 600.0) -> Iterator[dict]:
+async def chunks(c: Completion, include_usage: bool = False, timeout_s: float = 600.0) -> AsyncIterator[dict]:
+    """The pieces of a streamed answer; a failure ends it with an `error` piece."""
     chat = c.kind == "chat.completion"
     kind = "chat.completion.chunk" if chat else "text_completion"
     base = {"id": c.request_id, "object": kind, "created": c.created, "model": c.model}
     if chat:
         yield {**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]}
-    for out in c.handle.stream(timeout_s):
+    async for out in c.handle.astream(timeout_s):
+        if out.finish_reason == "error":
+            yield {"error": {"message": f"generation failed: {out.error}", "type": "server_error", "code": 500}}
+            return
         if out.text or out.finish_reason:
             delta = {"content": out.text} if out.text else {}
             choice = {"index": 0, "finish_reason": _reason(out.finish_reason)}

@@ -44,13 +44,15 @@ class RenderConfig:
     quiet: tuple[tuple[float, float], ...] = ()
 
     def __post_init__(self) -> None:
-        for name in ("duration_s", "fps"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be > 0; was {getattr(self, name)}")
-        if self.width < 64 or self.height < 64 or self.width % 2 or self.height % 2:
-            raise ValueError(f"size must be even and at least 64x64; was {self.width}x{self.height}")
-        if self.density <= 0:
-            raise ValueError(f"density must be > 0; was {self.density}")
+        # every number finite and bounded: a synthetic:// URL is user input
+        for name, low, high in (("duration_s", 0, 86_400), ("fps", 0, 120), ("density", 0, 10)):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and low < value <= high):
+                raise ValueError(f"{name} must be in ({low}, {high}]; was {value}")
+        if not (math.isfinite(self.noise) and 0 <= self.noise <= 64):
+            raise ValueError(f"noise must be in [0, 64]; was {self.noise}")
+        if not (64 <= self.width <= 3840 and 64 <= self.height <= 2160) or self.width % 2 or self.height % 2:
+            raise ValueError(f"size must be even, from 64x64 to 3840x2160; was {self.width}x{self.height}")
         get_preset(self.preset)
 
     @property

@@ -7,11 +7,14 @@ without a second decode.
 
 from __future__ import annotations
 
+import math
 from typing import Iterable, Iterator
 
 import numpy as np
 
 from streams.frames import Frame, FrameBlock
+
+MAX_FPS = 1000.0  # a sampler's highest rate; no camera delivers more
 
 
 class BlockCutter:
@@ -77,8 +80,8 @@ class FrameSampler:
     time the next frame is due; `fps=None` keeps every frame."""
 
     def __init__(self, fps: float | None) -> None:
-        if fps is not None and fps <= 0:
-            raise ValueError(f"fps must be > 0 or None for every frame; was {fps}")
+        if fps is not None and not (0 < fps <= MAX_FPS):
+            raise ValueError(f"fps must be in (0, {MAX_FPS}] or None for every frame; was {fps}")
         self.period_ms = None if fps is None else 1000.0 / fps
         self.next_due_ms: float | None = None
 
@@ -89,9 +92,9 @@ class FrameSampler:
         if self.next_due_ms is not None and pts_ms < self.next_due_ms - 0.5:
             return False
         due = pts_ms if self.next_due_ms is None else self.next_due_ms
-        while due <= pts_ms + 0.5:
-            due += self.period_ms
-        self.next_due_ms = due
+        # the first due time past this frame, computed directly: a stream that jumps
+        # ahead (a camera back after an hour) costs one step, not one per missed period
+        self.next_due_ms = due + (math.floor((pts_ms + 0.5 - due) / self.period_ms) + 1) * self.period_ms
         return True
 
     def mask(self, block: FrameBlock) -> np.ndarray:

@@ -25,46 +25,39 @@ import random
 import threading
 import time
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Callable, Iterator, Literal
-from urllib.parse import urlsplit
 
 import av
 import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
 
 from streams.frames import Frame
-from streams.source import LIVE_SCHEMES, SourceError, SourceOptions, monotonic_ms, open_source
-from streams.urls import redact_url
+from streams.numbers import json_int
+from streams.source import SourceError, SourceOptions, is_transient, monotonic_ms, open_source
+from streams.urls import ffmpeg_options, is_live_url, redact_url, scheme_of, scrub
 
 log = logging.getLogger("vigil.streams")
 
 Status = Literal["connecting", "live", "reconnecting", "ended", "failed"]
 
 
-@dataclass(frozen=True)
-class StreamOptions:
-    transport: Literal["tcp", "udp"] = "tcp"  # RTSP transport
-    open_timeout_s: float = 10.0
-    read_timeout_s: float = 10.0
-    backoff_initial_s: float = 0.5
-    backoff_max_s: float = 10.0  # the cap; each failure doubles the wait up to here
-    max_reconnects: int | None = None  # None: forever
-    buffer_frames: int = 32
-    realtime: bool = True  # files: deliver at the clip's frame rate
-    loop: bool = False  # files: start again at the end
+class StreamOptions(BaseModel):
+    """How a stream is read. Every number is finite and bounded: a NaN backoff would
+    reconnect in a busy loop, an infinite timeout would never give up."""
 
-    def __post_init__(self) -> None:
-        for name in ("open_timeout_s", "read_timeout_s", "backoff_initial_s", "backoff_max_s"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be > 0; was {getattr(self, name)}")
-        if self.backoff_max_s < self.backoff_initial_s:
-            raise ValueError(f"backoff_max_s must be >= backoff_initial_s; was {self.backoff_max_s}")
-        if self.buffer_frames < 1:
-            raise ValueError(f"buffer_frames must be >= 1; was {self.buffer_frames}")
-        if self.max_reconnects is not None and self.max_reconnects < 0:
-            raise ValueError(f"max_reconnects must be >= 0 or null (forever); was {self.max_reconnects}")
-        if self.transport not in ("tcp", "udp"):
-            raise ValueError(f"transport must be 'tcp' or 'udp'; was {self.transport!r}")
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
+
+    transport: Literal["tcp", "udp"] = Field("tcp", description="RTSP transport")
+    open_timeout_s: float = Field(10.0, gt=0, le=300)
+    read_timeout_s: float = Field(10.0, gt=0, le=300)
+    backoff_initial_s: float = Field(0.5, ge=0.05, le=3600)
+    backoff_max_s: float = Field(10.0, ge=0.05, le=3600, description="the cap; each failure doubles the wait "
+                                                                     "up to here (below backoff_initial_s: "
+                                                                     "every wait is the cap)")
+    max_reconnects: json_int(ge=0, le=1_000_000) | None = Field(None, description="null: forever")
+    buffer_frames: json_int(ge=1, le=256) = 32
+    realtime: bool = Field(True, description="files: deliver at the clip's frame rate")
+    loop: bool = Field(False, description="files: start again at the end")
 
 
 @dataclass
@@ -80,11 +73,6 @@ class StreamStats:
     width: int | None = None
     height: int | None = None
     fps: float | None = None
-
-
-def is_live_url(url: str) -> bool:
-    scheme = urlsplit(url).scheme.lower() if "://" in url else ""
-    return scheme in LIVE_SCHEMES or url.startswith("/dev/video")
 
 
 def backoff_s(attempt: int, options: StreamOptions, rng: random.Random) -> float:
@@ -103,10 +91,13 @@ class ManagedStream:
 
     def __init__(self, name: str, url: str, options: StreamOptions | None = None,
                  clock: Callable[[], float] = monotonic_ms, wall_ms: Callable[[], float] = lambda: time.time() * 1000,
-                 seed: int | None = None) -> None:
+                 seed: int | None = None, start_ms: float = 0.0, shown_url: str | None = None) -> None:
+        """`url` as `streams.urls.check_url` returned it; `shown_url`, the URL as the
+        user gave it, is what status and errors show (redacted). `start_ms`: a file's
+        stream time starts here (a restarted stream goes on after its earlier runs)."""
         self.name = name
         self.url = url
-        self.redacted = redact_url(url)
+        self.redacted = redact_url(shown_url or url)
         self.options = options or StreamOptions()
         self.live = is_live_url(url)
         self.clock = clock
@@ -118,6 +109,7 @@ class ManagedStream:
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name=f"stream-{name}", daemon=True)
         self._next_frame_id = 0
+        self._start_ms = start_ms
 
     def start(self) -> "ManagedStream":
         self._thread.start()
@@ -182,14 +174,14 @@ class ManagedStream:
                     return
                 error = "end of stream"
             except SourceError as exc:
-                error = str(exc)
-                if not self.live:  # a damaged file does not heal by retrying
+                error = scrub(str(exc), self.url, self.redacted)
+                if not self.live and not exc.transient:  # a damaged file does not heal by retrying
                     self._set(status="failed", last_error=error)
                     log.warning("stream %s failed: %s", self.name, error)
                     self._finish()
                     return
             except Exception as exc:  # a decoder bug must not take the server down
-                error = f"{type(exc).__name__}: {exc}"
+                error = scrub(f"{type(exc).__name__}: {exc}", self.url, self.redacted)
             failed = True
             if self._stop.is_set():
                 return
@@ -244,17 +236,15 @@ class ManagedStream:
             yield from self._file_session()
 
     def _live_session(self) -> Iterator[Frame]:
-        options = {}
-        fmt = None
-        if self.url.lower().startswith("rtsp"):
+        scheme = scheme_of(self.url)
+        options = ffmpeg_options(self.url)
+        if scheme in ("rtsp", "rtsps"):
             options["rtsp_transport"] = self.options.transport
-        if self.url.startswith("/dev/video"):
-            fmt = "v4l2"
         try:
-            container = av.open(self.url, format=fmt, options=options,
+            container = av.open(self.url, format="v4l2" if scheme == "v4l2" else None, options=options,
                                 timeout=(self.options.open_timeout_s, self.options.read_timeout_s))
         except av.error.FFmpegError as exc:
-            raise SourceError(f"{self.redacted}: cannot open: {_reason(exc)}") from None
+            raise SourceError(f"{self.redacted}: cannot open: {_reason(exc)}", is_transient(exc)) from None
         try:
             if not container.streams.video:
                 raise SourceError(f"{self.redacted}: has no video stream")
@@ -288,7 +278,7 @@ class ManagedStream:
         self._set(width=info.width, height=info.height, fps=info.fps)
         frame_ms = 1000.0 / info.fps if info.fps > 0 else 0.0
         start_clock = self.clock()
-        offset_ms = self._next_frame_id * frame_ms  # a looped file's time keeps rising
+        offset_ms = self._start_ms + self._next_frame_id * frame_ms  # a looped file's time keeps rising
         try:
             for i, f in enumerate(src.frames()):
                 if self._stop.is_set():
@@ -311,17 +301,4 @@ class ManagedStream:
 
 def _reason(exc: Exception) -> str:
     return getattr(exc, "strerror", None) or str(exc)
-
-
-def check_url(url: str) -> None:
-    """Refuse what cannot be a stream before anything is started (ValueError)."""
-    scheme = urlsplit(url).scheme.lower() if "://" in url else ""
-    if is_live_url(url) or scheme == "synthetic":
-        return
-    if scheme and scheme != "file":
-        raise ValueError(f"url: unknown scheme {scheme!r}; use rtsp://, http(s)://, /dev/videoN, "
-                         "synthetic:// or a file path")
-    path = Path(urlsplit(url).path if scheme == "file" else url)
-    if not path.is_file():
-        raise ValueError(f"url: no such file {str(path)!r}")
 

@@ -3,7 +3,9 @@
 `open_source(url)` picks the source from the URL: a file path (or `file://`), or
 `synthetic://PRESET?seed=S&duration=D&fps=F&size=WxH&density=X` (a clip rendered on the
 fly by `sample_videos`). Live schemes (`rtsp://`, `http(s)://`, `/dev/videoN`) are
-recognised and refused with a clear error until live ingest lands.
+`vigil serve`'s (streams/live.py) and refused here with a clear error. A file opens
+under FFmpeg's whitelists for files (streams/urls.py): the file protocol, video
+containers only.
 
 The buffer applies back-pressure: a file is decoded only as fast as the pipeline
 consumes it. Failures travel through the buffer in order, so every frame decoded before
@@ -12,6 +14,7 @@ the damage reaches the consumer before `SourceError` is raised.
 
 from __future__ import annotations
 
+import errno
 import queue
 import threading
 import time
@@ -24,7 +27,7 @@ import av
 import numpy as np
 
 from streams.frames import Frame
-from streams.urls import redact_url
+from streams.urls import ALL_SCHEMES, ffmpeg_options, redact_url, scheme_of
 
 Clock = Callable[[], float]
 
@@ -34,7 +37,20 @@ def monotonic_ms() -> float:
 
 
 class SourceError(Exception):
-    """A stream cannot be opened or read; the message names the source and the problem."""
+    """A stream cannot be opened or read; the message names the source and the problem.
+    `transient`: the machine, not the source, failed (out of file descriptors or
+    memory), so opening again later can succeed even for a file."""
+
+    def __init__(self, message: str, transient: bool = False) -> None:
+        super().__init__(message)
+        self.transient = transient
+
+
+TRANSIENT_ERRNOS = (errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.EAGAIN)
+
+
+def is_transient(exc: BaseException) -> bool:
+    return getattr(exc, "errno", None) in TRANSIENT_ERRNOS
 
 
 @dataclass(frozen=True)
@@ -199,14 +215,19 @@ class FileSource(ThreadedSource):
 
 
 def _open_container(path: Path):
+    """Opened with the file whitelists: the file protocol only, video containers only."""
     try:
-        return av.open(str(path))
+        return av.open(str(path.resolve()), options=ffmpeg_options(str(path.resolve())))
     except av.error.FileNotFoundError:
         raise SourceError(f"{path}: no such file") from None
     except av.error.PermissionError:
         raise SourceError(f"{path}: permission denied") from None
     except av.error.FFmpegError as exc:
+        if is_transient(exc):
+            raise SourceError(f"{path}: cannot open now: {exc.strerror}", transient=True) from None
         reason = getattr(exc, "strerror", None) or str(exc)
+        if getattr(exc, "errno", None) == errno.EINVAL:  # what a whitelist refusal reads as
+            reason = "not a video container Vigil reads, or not a video at all"
         raise SourceError(f"{path}: not a video FFmpeg can read ({reason})") from None
 
 
@@ -240,25 +261,21 @@ class SyntheticSource(ThreadedSource):
             yield rendered.t_ms, rendered.image
 
 
-LIVE_SCHEMES = ("rtsp", "rtsps", "rtmp", "http", "https", "udp", "tcp")
-
-
 def open_source(url: str, stream_id: str | None = None, options: SourceOptions | None = None,
                 clock: Clock = monotonic_ms) -> ThreadedSource:
     """Open a source from a URL or path. Raises SourceError naming the problem."""
     options = options or SourceOptions()
-    scheme = urlsplit(url).scheme.lower() if "://" in url else ""
+    scheme = scheme_of(url)
     stream_id = stream_id or _default_stream_id(url)
     if scheme == "synthetic":
         return SyntheticSource(url, stream_id, options, clock)
-    if scheme in LIVE_SCHEMES or url.startswith("/dev/video"):
-        raise SourceError(f"{redact_url(url)}: live sources ({scheme or 'v4l2'}) are not supported yet; "
-                          "use a video file or synthetic://")
     if scheme == "file":
-        url = urlsplit(url).path
-    elif scheme:
+        path = Path(urlsplit(url).path) if url.startswith("file://") else Path(url)
+        return FileSource(path, stream_id, options, clock)
+    if scheme not in ALL_SCHEMES:
         raise SourceError(f"{redact_url(url)}: unknown URL scheme {scheme!r}; use a file path or synthetic://")
-    return FileSource(Path(url), stream_id, options, clock)
+    raise SourceError(f"{redact_url(url)}: a live source ({scheme}) runs under `vigil serve`; offline runs take "
+                      "a video file or synthetic://")
 
 
 def _default_stream_id(url: str) -> str:

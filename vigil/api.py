@@ -1,8 +1,10 @@
 """REST API (FastAPI): thin routers over `vigil.service`. OpenAPI at /docs.
 
 Errors: 422 names the field, 404 an unknown name, 409 a conflict, 401 a missing or
-wrong key (only when keys are configured, and only on mutating routes), 413 a body
-over the limit, 503 a limit reached. A client's mistake is never a 500.
+wrong key (only when keys are configured: mutating routes and the LLM's), 408 a body
+that stalls, 413 a body over the limit, 503 a limit reached (with Retry-After), 507 a
+full disk. A client's mistake is never a 500. Bodies are guarded before routing
+(vigil/http_guard.py); documents are parsed off the event loop, without YAML aliases.
 """
 
 from __future__ import annotations
@@ -11,53 +13,81 @@ import asyncio
 import json
 from typing import Any
 
-import yaml
 from fastapi import APIRouter, Depends, FastAPI, Query, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from prometheus_client import generate_latest
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from starlette.concurrency import run_in_threadpool
 
+from apps.documents import DocumentError, load_json, load_yaml
+from apps.events import EVENT_TYPES
+from apps.spec import NAME_PATTERN, AppSpec, format_errors
+from streams.live import StreamOptions
+from vigil.auth import require_key
 from vigil.dashboard import dashboard_router
+from vigil.http_guard import BodyGuard
 from vigil.llm_api import llm_router
+from vigil.openapi import document_errors
 from vigil.prom import ServiceCollector
-from vigil.service import LIVE_FIELDS, Invalid, ServiceError, Unauthorized, Vigil
-
-JSON_OBJECT = {"type": "object", "additionalProperties": True}
-
+from vigil.service import LIVE_FIELDS, Invalid, ServiceError, Vigil
+from vigil.storage import MAX_EVENT_ID, StorageFull
 
 class StreamIn(BaseModel):
-    model_config = ConfigDict(extra="allow")  # any other field is a stream option
+    model_config = ConfigDict(extra="forbid")
 
-    name: str = Field(description="lowercase letters, digits, '-' or '_'")
-    url: str = Field(description="rtsp://, http(s)://, /dev/videoN, synthetic://... or a file path")
-    options: dict[str, Any] = Field(default_factory=dict, description="transport, open_timeout_s, "
-                                    "read_timeout_s, backoff_initial_s, backoff_max_s, max_reconnects, "
-                                    "buffer_frames, realtime, loop")
+    name: str = Field(pattern=f"^{NAME_PATTERN.pattern}$", max_length=64,
+                      description="lowercase letters, digits, '-' or '_'")
+    url: str = Field(min_length=1, max_length=4096, pattern=r"^[^\x00-\x1f\x7f]+$",
+                     description="rtsp://, http(s)://, /dev/videoN, synthetic://... or a file under "
+                                 "limits.media_dirs")
+    options: StreamOptions = Field(default_factory=StreamOptions)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _options_go_under_options(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            misplaced = sorted(set(data) & set(StreamOptions.model_fields))
+            if misplaced:
+                raise ValueError(f"{misplaced[0]}: stream options go under \"options\": "
+                                 f"{{\"options\": {{\"{misplaced[0]}\": ...}}}}")
+        return data
 
 
 class LoadIn(BaseModel):
-    versions: list[int] | None = None
+    versions: list[int] | None = Field(None, max_length=64)
 
 
 class LabelIn(BaseModel):
-    version: int
+    version: int = Field(ge=1, le=2**31)
 
 
-def require_key(request: Request) -> None:
-    if not request.app.state.service.settings.authorized(request.headers.get("authorization")):
-        raise Unauthorized("missing or invalid API key: send 'Authorization: Bearer KEY'")
-
-
-async def _body(request: Request) -> Any:
-    """JSON, or YAML with Content-Type application/yaml."""
+async def _body(request: Request, max_depth: int) -> Any:
+    """JSON, or YAML with Content-Type application/yaml; parsed on a worker thread."""
     raw = await request.body()
     kind = request.headers.get("content-type", "application/json").split(";")[0].strip().lower()
+    parse = load_yaml if kind in ("application/yaml", "application/x-yaml", "text/yaml") else load_json
     try:
-        if kind in ("application/yaml", "application/x-yaml", "text/yaml"):
-            return yaml.safe_load(raw)
-        return json.loads(raw or b"null")
-    except (ValueError, yaml.YAMLError) as exc:
-        raise Invalid(f"body: not valid {'YAML' if 'yaml' in kind else 'JSON'}: {exc}") from None
+        return await run_in_threadpool(parse, raw, max_depth)
+    except DocumentError as exc:
+        raise Invalid(f"body: {exc}") from None
+
+
+def _inline(schema: dict) -> dict:
+    """A model's JSON schema with its `$defs` written in place (an OpenAPI operation
+    cannot point into a schema's own `$defs`)."""
+    defs = schema.pop("$defs", {})
+
+    def walk(node):
+        if isinstance(node, dict):
+            if "$ref" in node:
+                return walk(dict(defs[node["$ref"].rsplit("/", 1)[1]]))
+            return {k: walk(v) for k, v in node.items()}
+        if isinstance(node, list):
+            return [walk(v) for v in node]
+        return node
+
+    return walk(schema)
 
 
 def _service(request: Request) -> Vigil:
@@ -70,25 +100,29 @@ def build_app(service: Vigil, lifespan=None) -> FastAPI:
     app.state.service = service
     registry = service.engine.metrics.registry
     registry.register(ServiceCollector(service))
-    limit = service.settings.limits.max_body_bytes
+    limits = service.settings.limits
 
     @app.exception_handler(ServiceError)
     async def _service_error(_: Request, exc: ServiceError) -> JSONResponse:
-        headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
-        return JSONResponse({"detail": str(exc)}, status_code=exc.status, headers=headers)
+        return JSONResponse({"detail": str(exc)}, status_code=exc.status, headers=exc.headers)
 
-    @app.middleware("http")
-    async def _limit_body(request: Request, call_next):
-        length = request.headers.get("content-length")
-        if length is not None and (not length.isdigit() or int(length) > limit):
-            return JSONResponse({"detail": f"body over {limit} bytes (limits.max_body_bytes)"}, status_code=413)
-        return await call_next(request)
+    @app.exception_handler(StorageFull)
+    async def _full(_: Request, exc: StorageFull) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=507)
 
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+        # FastAPI's locations start with where the field was (body, query, path)
+        errors = [{**e, "loc": tuple(e.get("loc", ())[1:]) or ("body",)} for e in exc.errors()]
+        return JSONResponse({"detail": format_errors(errors)}, status_code=422)
+
+    app.add_middleware(BodyGuard, max_body_bytes=limits.max_body_bytes, max_json_depth=limits.max_json_depth,
+                       chunk_timeout_s=limits.header_timeout_s)
     mutating = [Depends(require_key)]
     v1 = APIRouter(prefix="/v1")
 
     @app.get("/healthz", tags=["system"])
-    def healthz() -> dict:
+    async def healthz() -> dict:  # on the event loop: no worker thread needed to say it is alive
         return {"status": "ok"}
 
     @app.get("/readyz", tags=["system"])
@@ -103,8 +137,7 @@ def build_app(service: Vigil, lifespan=None) -> FastAPI:
     # -- streams --
     @v1.post("/streams", status_code=201, tags=["streams"], dependencies=mutating)
     def add_stream(body: StreamIn, request: Request) -> dict:
-        options = {**body.options, **(body.model_extra or {})}
-        return _service(request).add_stream(body.name, body.url, options)
+        return _service(request).add_stream(body.name, body.url, body.options)
 
     @v1.get("/streams", tags=["streams"])
     def list_streams(request: Request) -> list[dict]:
@@ -120,13 +153,17 @@ def build_app(service: Vigil, lifespan=None) -> FastAPI:
         return Response(status_code=204)
 
     # -- apps --
+    spec_schema = _inline(AppSpec.model_json_schema())
+    spec_schema["required"] = ["name", "source"]  # a served app watches a stream, named as streams are
+    spec_schema["properties"]["source"] = {"type": "string", "pattern": f"^{NAME_PATTERN.pattern}$",
+                                           "description": "the stream this app watches"}
     app_body = {"requestBody": {"required": True, "content": {
-        "application/json": {"schema": JSON_OBJECT},
-        "application/yaml": {"schema": {"type": "string"}}}}}
+        "application/json": {"schema": spec_schema},
+        "application/yaml": {"schema": spec_schema}}}}  # the same spec, written as YAML
 
     @v1.post("/apps", status_code=201, tags=["apps"], dependencies=mutating, openapi_extra=app_body)
     async def add_app(request: Request) -> dict:
-        return _service(request).add_app(await _body(request))
+        return _service(request).add_app(await _body(request, limits.max_json_depth))
 
     @v1.get("/apps", tags=["apps"])
     def list_apps(request: Request) -> list[dict]:
@@ -137,11 +174,12 @@ def build_app(service: Vigil, lifespan=None) -> FastAPI:
         return _service(request).app(name)
 
     patch_body = {"requestBody": {"required": True, "content": {"application/json": {"schema": {
-        "type": "object", "properties": {f: {} for f in LIVE_FIELDS}, "additionalProperties": False}}}}}
+        "type": "object", "properties": {f: spec_schema["properties"][f] for f in LIVE_FIELDS},
+        "additionalProperties": False}}}}}
 
     @v1.patch("/apps/{name}", tags=["apps"], dependencies=mutating, openapi_extra=patch_body)
     async def patch_app(name: str, request: Request) -> dict:
-        return _service(request).patch_app(name, await _body(request))
+        return _service(request).patch_app(name, await _body(request, limits.max_json_depth))
 
     @v1.delete("/apps/{name}", status_code=204, tags=["apps"], dependencies=mutating)
     def delete_app(name: str, request: Request) -> Response:
@@ -196,9 +234,12 @@ def build_app(service: Vigil, lifespan=None) -> FastAPI:
 
     # -- events --
     @v1.get("/events", tags=["events"])
-    def events(request: Request, app: str | None = None, stream: str | None = None, type: str | None = None,
-               since_ms: float | None = None, until_ms: float | None = None,
-               after_id: int = Query(0, ge=0, le=2**62), limit: int = Query(100, ge=1, le=10_000)) -> dict:
+    def events(request: Request, app: str | None = Query(None, max_length=64),
+               stream: str | None = Query(None, max_length=64),
+               type: str | None = Query(None, json_schema_extra={"enum": list(EVENT_TYPES)}),
+               since_ms: float | None = Query(None, ge=-1e15, le=1e15),
+               until_ms: float | None = Query(None, ge=-1e15, le=1e15),
+               after_id: int = Query(0, ge=0, le=MAX_EVENT_ID), limit: int = Query(100, ge=1, le=10_000)) -> dict:
         """Filter by app, stream, type and stream-time range; page with `after_id`
         (the previous page's `next_after_id`)."""
         return _service(request).events(app, stream, type, since_ms, until_ms, after_id, limit)
@@ -220,6 +261,7 @@ def build_app(service: Vigil, lifespan=None) -> FastAPI:
         return StreamingResponse(feed(), media_type="text/event-stream", headers={"Cache-Control": "no-store"})
 
     app.include_router(v1)
-    app.include_router(llm_router())
+    app.include_router(llm_router(open_routes=service.settings.open_llm_routes))
     app.include_router(dashboard_router())
+    document_errors(app)
     return app

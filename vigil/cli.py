@@ -110,6 +110,7 @@ def _eval(args: argparse.Namespace) -> int:
 def _serve(args: argparse.Namespace) -> int:
     from vigil.serve import serve
     from vigil.settings import SettingsError, load_settings
+    from vigil.storage import StorageError
 
     try:
         settings = load_settings(args.config, {"host": args.host, "port": args.port, "grpc_port": args.grpc_port,
@@ -119,7 +120,7 @@ def _serve(args: argparse.Namespace) -> int:
         return 2
     try:
         serve(settings)
-    except OSError as exc:
+    except (OSError, StorageError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     return 0

@@ -5,6 +5,10 @@ Auth: when API keys are configured every call needs metadata
 `authorization: Bearer KEY` (UNAUTHENTICATED otherwise). Errors map to status codes:
 an unknown model NOT_FOUND, a bad image or field INVALID_ARGUMENT, a dropped request
 DEADLINE_EXCEEDED or RESOURCE_EXHAUSTED.
+
+An encoded image's size is read from its header before anything is decoded: a few
+hundred bytes of JPEG can declare 30000 x 30000 pixels, which would take gigabytes to
+decode. Past `limits.max_image_pixels` (or under MIN_IMAGE_SIDE a side) it is refused.
 """
 
 from __future__ import annotations
@@ -26,18 +30,54 @@ if TYPE_CHECKING:
 
 DEFAULT_SLO_MS = 1000.0
 MAX_MESSAGE_BYTES = 64 << 20
+MIN_IMAGE_SIDE = 16  # smaller than any model's stride: nothing to detect in it
 
 
 class _Invalid(Exception):
     pass
 
 
-def decode_image(image: pb.Image) -> np.ndarray:
+def _check_size(what: str, width: int, height: int, max_pixels: int) -> None:
+    if width * height > max_pixels:
+        raise _Invalid(f"{what}: {width}x{height} is {width * height} pixels, over {max_pixels} "
+                       "(limits.max_image_pixels)")
+    if min(width, height) < MIN_IMAGE_SIDE:
+        raise _Invalid(f"{what}: {width}x{height} is too small; each side needs at least {MIN_IMAGE_SIDE} pixels")
+
+
+SOF_MARKERS = {0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF}
+
+
+def declared_size(data: bytes) -> tuple[int, int]:
+    """(width, height) from a PNG's IHDR or a JPEG's frame header, without decoding."""
+    if data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR" and len(data) >= 24:
+        return int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+    if data[:2] == b"\xff\xd8":
+        i = 2
+        while i + 4 <= len(data):
+            if data[i] != 0xFF:
+                break
+            marker = data[i + 1]
+            if marker == 0xFF:  # fill byte
+                i += 1
+                continue
+            if marker in (0x01, *range(0xD0, 0xD9)):  # markers without a length
+                i += 2
+                continue
+            length = int.from_bytes(data[i + 2:i + 4], "big")
+            if marker in SOF_MARKERS and i + 9 <= len(data):
+                return int.from_bytes(data[i + 7:i + 9], "big"), int.from_bytes(data[i + 5:i + 7], "big")
+            i += 2 + length
+    raise _Invalid("image.encoded: not a JPEG or PNG image")
+
+
+def decode_image(image: pb.Image, max_pixels: int = 4096 * 4096) -> np.ndarray:
     """[H, W, 3] uint8 RGB from an encoded image or a raw tensor."""
     kind = image.WhichOneof("kind")
     if kind == "encoded":
+        _check_size("image.encoded", *declared_size(image.encoded), max_pixels)
         buf = np.frombuffer(image.encoded, np.uint8)
-        bgr = cv2.imdecode(buf, cv2.IMREAD_COLOR) if len(buf) else None
+        bgr = cv2.imdecode(buf, cv2.IMREAD_COLOR)
         if bgr is None:
             raise _Invalid("image.encoded: not a JPEG or PNG image OpenCV can decode")
         return cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
@@ -45,7 +85,8 @@ def decode_image(image: pb.Image) -> np.ndarray:
         t = image.pixels
         shape = tuple(t.shape)
         if t.dtype not in ("", "uint8") or len(shape) != 3 or shape[2] != 3 or min(shape) < 1:
-            raise _Invalid(f"image.pixels: need shape [H, W, 3] and dtype uint8; got {list(shape)} {t.dtype!r}")
+            raise _Invalid(f"image.pixels: need shape [H, W, 3] and dtype uint8; got {list(shape)[:8]} {t.dtype!r}")
+        _check_size("image.pixels", shape[1], shape[0], max_pixels)
         if len(t.data) != shape[0] * shape[1] * 3:
             raise _Invalid(f"image.pixels: data has {len(t.data)} bytes; shape {list(shape)} needs "
                            f"{shape[0] * shape[1] * 3}")
@@ -71,10 +112,15 @@ def _detections(dets: Detections, labels: tuple[str, ...]) -> list[pb.Detection]
             for b, c, k in zip(dets.xyxy, dets.confidence, dets.class_id)]
 
 
+DROP_CODES = {"deadline": grpc.StatusCode.DEADLINE_EXCEEDED, "invalid": grpc.StatusCode.INVALID_ARGUMENT,
+              "unavailable": grpc.StatusCode.UNAVAILABLE}
+
+
 class VigilServicer(pb_grpc.VigilServicer):
     def __init__(self, service: "Vigil") -> None:
         self.service = service
         self.engine = service.engine
+        self.max_pixels = service.settings.limits.max_image_pixels
 
     def _auth(self, context: grpc.ServicerContext) -> None:
         if not self.service.settings.authorized(dict(context.invocation_metadata()).get("authorization")):
@@ -108,15 +154,14 @@ class VigilServicer(pb_grpc.VigilServicer):
         self._auth(context)
         ref, labels = self._resolve(request.model_spec, context)
         try:
-            image = decode_image(request.image)
+            image = decode_image(request.image, self.max_pixels)
             req = self._request("predict", request.model_spec, ref, image, request.slo_ms, request.priority,
                                 request.labels)
             result = self.engine.submit(req).result()
         except _Invalid as exc:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         except Dropped as exc:
-            code = grpc.StatusCode.DEADLINE_EXCEEDED if exc.reason == "deadline" else \
-                grpc.StatusCode.RESOURCE_EXHAUSTED
+            code = DROP_CODES.get(exc.reason, grpc.StatusCode.RESOURCE_EXHAUSTED)
             context.abort(code, f"request dropped: {exc}")
         except ValueError as exc:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
@@ -129,7 +174,8 @@ class VigilServicer(pb_grpc.VigilServicer):
         for block in request_iterator:
             ref, labels = self._resolve(block.model_spec, context)
             try:
-                reqs = [self._request(f"stream:{block.stream_id}", block.model_spec, ref, decode_image(f.image),
+                reqs = [self._request(f"stream:{block.stream_id}", block.model_spec, ref,
+                                      decode_image(f.image, self.max_pixels),
                                       block.slo_ms, block.priority, block.labels, (block.stream_id, f.frame_id))
                         for f in block.frames]
             except _Invalid as exc:
@@ -172,11 +218,15 @@ def start_grpc(service: "Vigil", host: str, port: int, workers: int = 8) -> tupl
     """Start the gRPC server; returns it and the port it bound (port 0 picks one)."""
     server = grpc.server(futures.ThreadPoolExecutor(workers, thread_name_prefix="grpc"),
                          options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-                                  ("grpc.max_send_message_length", MAX_MESSAGE_BYTES)])
+                                  ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+                                  ("grpc.so_reuseport", 0)])  # a second server on the port fails, not shares it
     pb_grpc.add_VigilServicer_to_server(VigilServicer(service), server)
-    bound = server.add_insecure_port(f"{host}:{port}")
+    try:
+        bound = server.add_insecure_port(f"{host}:{port}")
+    except RuntimeError:  # grpcio raises instead of returning 0 on some versions
+        bound = 0
     if bound == 0:
-        raise OSError(f"cannot listen for gRPC on {host}:{port}")
+        raise OSError(f"cannot listen for gRPC on {host}:{port}: the address is in use or not this machine's")
     server.start()
     return server, bound
 

@@ -6,6 +6,10 @@ for a block in one submission, so a backbone shared by several apps runs once pe
 frame. Host detectors (motion) run on the submitting thread and report into the same
 metrics. Static-frame skipping reuses an app's last result for frames that did not
 change.
+
+One app's failure is that app's alone: given `on_error`, an exception while one app
+detects or observes goes there (the server marks that app failed) and the block goes
+on for the others; without it (offline runs) it propagates.
 """
 
 from __future__ import annotations
@@ -40,6 +44,12 @@ class AppRunner:
     host: Detector | None = None
     skip: StaticFrameFilter | None = None
     last: Detections = field(default_factory=Detections.empty)  # latest result, reused by skipped frames
+    # the latest observed block: frames with a result, and why the others were dropped (reason -> detail)
+    block_results: int = 0
+    block_drops: dict[str, str] = field(default_factory=dict)
+
+
+OnError = Callable[[AppRunner, Exception], None]
 
 
 @dataclass
@@ -90,7 +100,19 @@ def build_runners(specs: list[AppSpec], engine: Engine, stream_id: str, size: tu
     return runners
 
 
-def submit_block(block: FrameBlock, runners: list[AppRunner], engine: Engine, clock: Callable[[], float]) -> InFlight:
+def _guarded(on_error: OnError | None, runner: AppRunner, work: Callable, *args):
+    """`work(*args)`, or None when it raised and `on_error` took the exception."""
+    if on_error is None:
+        return work(*args)
+    try:
+        return work(*args)
+    except Exception as exc:  # this app's failure, not the stream's
+        on_error(runner, exc)
+        return None
+
+
+def submit_block(block: FrameBlock, runners: list[AppRunner], engine: Engine, clock: Callable[[], float],
+                 on_error: OnError | None = None) -> InFlight:
     flight = InFlight(block, {r.app.name: block.select(r.sampler.mask(block)) for r in runners})
     requests, owners = [], []
     for r in runners:
@@ -99,7 +121,11 @@ def submit_block(block: FrameBlock, runners: list[AppRunner], engine: Engine, cl
         if r.host is not None:
             engine.metrics.arrived(spec.name, spec.detector, "host", len(sub))
             if len(sub):
-                flight.host_results[spec.name] = r.host.detect(sub)
+                dets = _guarded(on_error, r, r.host.detect, sub)
+                if dets is None:
+                    flight.picks[spec.name] = sub.select(np.zeros(len(sub), bool))  # nothing to observe
+                    continue
+                flight.host_results[spec.name] = dets
             now = clock()
             for capture in sub.capture_ms:
                 engine.metrics.completed(spec.name, spec.detector, "host", now - capture, spec.slo_ms)
@@ -123,29 +149,16 @@ def submit_block(block: FrameBlock, runners: list[AppRunner], engine: Engine, cl
 
 
 def observe_block(flight: InFlight, runners: list[AppRunner], engine: Engine,
-                  emit: Callable[[list[Event]], None]) -> dict[str, dict[int, Detections]]:
+                  emit: Callable[[list[Event]], None],
+                  on_error: OnError | None = None) -> dict[str, dict[int, Detections]]:
     """Wait for a block's results and let each app track and count them."""
     per_frame: dict[str, dict[int, Detections]] = {}
     for r in runners:
-        name = r.app.name
-        sub = flight.picks[name]
-        if len(sub) == 0:
-            continue
-        if r.host is not None:
-            keep, dets = np.ones(len(sub), bool), flight.host_results[name]
-        else:
-            keep, dets = np.zeros(len(sub), bool), []
-            for i, fut in enumerate(flight.futures[name]):
-                try:
-                    if fut is not None:
-                        r.last = fut.result().detections
-                    dets.append(r.last)  # a skipped frame reuses the last result
-                    keep[i] = True
-                except Dropped:
-                    pass  # counted by the engine; the tracker coasts over the gap
-        events, results = r.app.observe(sub.select(keep), dets)
-        emit(events)
-        per_frame[name] = {res.frame_id: res.tracked for res in results}
+        sub = flight.picks[r.app.name]
+        r.block_results, r.block_drops = 0, {}
+        results = _guarded(on_error, r, _observe, r, sub, flight, emit) if len(sub) else None
+        if results is not None:
+            per_frame[r.app.name] = results
     while engine.selection_events:  # adaptive selection switches, stamped with this block's time
         e = engine.selection_events.popleft()
         emit([Event("model_selected", e["app"], flight.block.stream_id,
@@ -154,3 +167,22 @@ def observe_block(flight: InFlight, runners: list[AppRunner], engine: Engine,
     return per_frame
 
 
+def _observe(r: AppRunner, sub: FrameBlock, flight: InFlight,
+             emit: Callable[[list[Event]], None]) -> dict[int, Detections]:
+    name = r.app.name
+    if r.host is not None:
+        keep, dets = np.ones(len(sub), bool), flight.host_results[name]
+    else:
+        keep, dets = np.zeros(len(sub), bool), []
+        for i, fut in enumerate(flight.futures[name]):
+            try:
+                if fut is not None:
+                    r.last = fut.result().detections
+                dets.append(r.last)  # a skipped frame reuses the last result
+                keep[i] = True
+            except Dropped as exc:  # counted by the engine; the tracker coasts over the gap
+                r.block_drops[exc.reason] = str(exc)
+    r.block_results = int(keep.sum())
+    events, results = r.app.observe(sub.select(keep), dets)
+    emit(events)
+    return {res.frame_id: res.tracked for res in results}

@@ -3,8 +3,10 @@ process. Stored streams and apps are brought back in the background while the AP
 already up (`/readyz` is 503 until they are, and while models load). SIGINT/SIGTERM
 shut down gracefully: stop accepting, finish blocks in flight, flush events, close.
 
-Start-up and shutdown run in the app's lifespan: uvicorn re-raises the signal that
-stopped it once `run()` returns, so nothing after `run()` is sure to execute.
+Both ports are bound before anything starts, each exclusively: a port in use is one
+clear error and exit status 1, never a second server sharing it. Start-up of the rest
+and shutdown run in the app's lifespan: uvicorn re-raises the signal that stopped it
+once `run()` returns, so nothing after `run()` is sure to execute.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from __future__ import annotations
 import ctypes
 import gc
 import logging
+import resource
+import socket
 import threading
 from contextlib import asynccontextmanager
 
@@ -20,10 +24,16 @@ from starlette.concurrency import run_in_threadpool
 
 from vigil.api import build_app
 from vigil.grpc_api import start_grpc
+from vigil.http_guard import RepeatFilter, guarded_protocol
 from vigil.service import Vigil
 from vigil.settings import Settings
 
 log = logging.getLogger("vigil.serve")
+# descriptors kept for what is not a connection: streams, the database, gRPC, model files
+FD_RESERVE = 128
+# connections accepted in one turn of the event loop (and the listen queue): those past
+# the cap are closed only after the turn, so a burst needs this many descriptors spare
+BACKLOG = 128
 
 
 def _return_frames_to_the_os() -> None:
@@ -37,23 +47,68 @@ def _return_frames_to_the_os() -> None:
         pass
 
 
-def serve(settings: Settings) -> None:
+def _logging() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    _return_frames_to_the_os()
-    service = Vigil(settings)
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(RepeatFilter())
 
-    @asynccontextmanager
-    async def lifespan(_app):
-        grpc_server = None
+
+def connection_cap(wanted: int) -> int:
+    """limits.max_connections, or fewer when the process's descriptors cannot hold that
+    many (the soft limit raised to the hard one first). Past the cap a connection is
+    closed at once; past the descriptors, accept() fails and every stream that opens a
+    file fails with it (and asyncio logs each failed accept, thousands a second)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY:
+        hard = 1 << 20
+    if soft < hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (ValueError, OSError):
+            pass
+    cap = min(wanted, max(16, soft - FD_RESERVE - BACKLOG))
+    if cap < wanted:
+        log.warning("limits.max_connections is %d, but this process may open %d files: at most %d connections",
+                    wanted, soft, cap)
+    return cap
+
+
+def bind_rest(host: str, port: int) -> socket.socket:
+    """The REST listening socket (not shared: no SO_REUSEPORT); OSError naming it."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        sock = socket.socket(family, kind, proto)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a restart need not wait out TIME_WAIT
+        sock.bind(address)
+    except OSError as exc:
+        raise OSError(f"cannot listen for REST on {host}:{port}: {exc.strerror or exc}") from None
+    return sock
+
+
+def serve(settings: Settings) -> None:
+    _logging()
+    _return_frames_to_the_os()
+    rest = bind_rest(settings.host, settings.port)
+    service = Vigil(settings)
+    grpc_server = None
+    try:
         if settings.grpc_port:
             grpc_server, port = start_grpc(service, settings.host, settings.grpc_port)
             log.info("gRPC on %s:%d", settings.host, port)
+    except OSError:
+        rest.close()
+        service.close()
+        raise
+
+    @asynccontextmanager
+    async def lifespan(_app):
         threading.Thread(target=service.start, name="restore", daemon=True).start()
         # Long-lived objects made at start-up need not be scanned by every collection
         # (the engine benchmark showed collector pauses in the tail latency).
         gc.freeze()
         log.info("REST on http://%s:%d (dashboard /dashboard, docs /docs); api keys: %s", settings.host,
-                 settings.port, "on" if settings.api_keys else "off")
+                 rest.getsockname()[1], "on" if settings.api_keys else "off")
         try:
             yield
         finally:
@@ -63,7 +118,11 @@ def serve(settings: Settings) -> None:
             await run_in_threadpool(service.close)
             log.info("stopped; events and metrics flushed")
 
+    limits = settings.limits
+    cap = connection_cap(limits.max_connections)
     app = build_app(service, lifespan=lifespan)
-    config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level="info", access_log=False,
-                            timeout_graceful_shutdown=10)
-    uvicorn.Server(config).run()
+    config = uvicorn.Config(app, log_level="info", access_log=False, timeout_graceful_shutdown=10,
+                            http=guarded_protocol(cap, limits.header_timeout_s),
+                            timeout_keep_alive=int(max(1, limits.idle_timeout_s)), limit_concurrency=cap + 16,
+                            backlog=BACKLOG)
+    uvicorn.Server(config).run(sockets=[rest])

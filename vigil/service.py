@@ -1,37 +1,42 @@
 """The service behind `vigil serve`: streams, apps, models and events, as plain
 functions that the REST routers, the gRPC servicer and the CLI all call.
 
-Mistakes are exceptions with a message for the user: `NotFound` (404), `Conflict`
-(409), `Invalid` (422, naming the field), `Overloaded` (503). Everything registered is
+Mistakes are exceptions with a message for the user: `Forbidden` (403: the limits do
+not allow it), `NotFound` (404, also for a name in a body that names nothing),
+`Conflict` (409), `Invalid` (422, naming the field), `Overloaded` (503). Everything registered is
 written to storage first, so a restart brings the same streams and apps back.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import queue
 import threading
 import time
-from dataclasses import asdict
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable
 
+from pydantic import ValidationError
+
 from apps.events import EVENT_TYPES, Event
-from apps.spec import NAME_PATTERN, AppSpec, SpecError, parse_spec
+from apps.spec import NAME_RULE, AppSpec, SpecError, format_errors, parse_spec, valid_name
 from engine.device import resolve_device
 from engine.engine import Engine
 from engine.repository import ModelRepository, RepositoryError
 from llm.captions import FactsCollector
+from llm.engine import EngineConfig, EngineFull
 from llm.facts import caption_prompt, facts_text
 from llm.metrics import LLMMetrics
 from llm.qa import Embedder, answer
 from llm.sampling import SamplingParams
 from llm.serving import load_llm
-from streams.live import ManagedStream, StreamOptions, check_url
+from streams.live import ManagedStream, StreamOptions
 from streams.source import monotonic_ms
-from streams.urls import redact_url
+from streams.urls import NoSuchFile, NotAllowed, check_url, is_live_url, redact_url
 from vigil.rollups import Rollups
 from vigil.settings import Settings
-from vigil.storage import EventQuery, Storage
+from vigil.storage import EventQuery, Storage, StorageFull
 from vigil.worker import StreamWorker
 
 log = logging.getLogger("vigil.service")
@@ -42,10 +47,16 @@ LIVE_FIELDS = ("slo_ms", "fps", "lines", "zones", "priority", "min_confidence")
 
 class ServiceError(Exception):
     status = 400
+    headers: dict[str, str] | None = None
 
 
 class Unauthorized(ServiceError):
     status = 401
+    headers = {"WWW-Authenticate": "Bearer"}
+
+
+class Forbidden(ServiceError):
+    status = 403
 
 
 class NotFound(ServiceError):
@@ -62,17 +73,17 @@ class Invalid(ServiceError):
 
 class Overloaded(ServiceError):
     status = 503
+    headers = {"Retry-After": "1"}
 
 
-def _stream_options(options: dict[str, Any]) -> StreamOptions:
-    known = set(StreamOptions.__dataclass_fields__)
-    unknown = sorted(set(options) - known)
-    if unknown:
-        raise Invalid(f"options: unknown {unknown}; known: {sorted(known)}")
+def _stream_options(options: Any) -> StreamOptions:
     try:
-        return StreamOptions(**options)
-    except (TypeError, ValueError) as exc:
-        raise Invalid(f"options: {exc}") from None
+        return StreamOptions.model_validate(options)
+    except ValidationError as exc:
+        raise Invalid(format_errors(exc.errors(), "options", StreamOptions.model_fields)) from None
+
+
+ASK_THREADS = 4  # questions answered at once (each waits on the LLM); the rest queue, up to the LLM's bound
 
 
 class Vigil:
@@ -98,6 +109,9 @@ class Vigil:
         self._restoring = True
         self._stop = threading.Event()
         self._ticker = threading.Thread(target=self._tick_loop, name="rollups", daemon=True)
+        self._asks = ThreadPoolExecutor(ASK_THREADS, thread_name_prefix="ask")
+        self._asks_in_flight = 0
+        self.policy = settings.limits.source_policy()
 
     # -- lifecycle ----------------------------------------------------------------------------------
     def start(self) -> None:
@@ -110,7 +124,7 @@ class Vigil:
                 log.warning("label %s=%s of %s not restored: %s", label, version, model, exc)
         for name, url, options in self.storage.streams():
             try:
-                self._start_stream(name, url, _stream_options(options))
+                self._start_stream(name, self._checked_url(url), _stream_options(options))
             except ServiceError as exc:
                 log.warning("stream %s not restored: %s", name, exc)
         for data in self.storage.apps():
@@ -128,7 +142,8 @@ class Vigil:
         if not name:
             return
         try:
-            self.llm = load_llm(self.settings.model_repository, name, self.device, vision=self.engine,
+            config = EngineConfig(max_waiting=self.settings.limits.max_waiting_llm_requests)
+            self.llm = load_llm(self.settings.model_repository, name, self.device, config, vision=self.engine,
                                 metrics=self.llm_metrics).start()
             threading.Thread(target=self._caption_loop, name="captions", daemon=True).start()
             log.info("LLM %s loaded", name)
@@ -151,8 +166,12 @@ class Vigil:
             collector = self._facts[stream] = FactsCollector(stream, self.settings.caption_every_s * 1000.0)
         done = collector.observe(t_ms, events, in_view)
         if done is not None:
-            handle = self.llm.add_request(caption_prompt(done), SamplingParams(max_tokens=96, stop=("\n",)),
-                                          priority=0, stream=False)  # low priority: after questions and completions
+            try:
+                handle = self.llm.add_request(caption_prompt(done), SamplingParams(max_tokens=96, stop=("\n",)),
+                                              priority=0, stream=False)  # low priority: after questions, completions
+            except EngineFull:
+                log.warning("caption of %s skipped: the LLM has too many requests waiting", stream)
+                return
             self._captions.put((done, handle))
 
     def _caption_loop(self) -> None:
@@ -169,6 +188,25 @@ class Vigil:
             except Exception:
                 log.exception("caption for %s failed", facts.stream)
 
+    def submit_ask(self, question: str, stream: str | None = None, since_ms: float | None = None,
+                   until_ms: float | None = None) -> Future:
+        """`ask` on the service's own few threads (a question waits on the LLM: it must
+        not hold a thread of the pool that serves every other route). Overloaded past
+        `limits.max_waiting_llm_requests` questions in flight."""
+        self.llm_engine()
+        with self._lock:
+            if self._asks_in_flight >= self.settings.limits.max_waiting_llm_requests:
+                raise Overloaded(f"{self._asks_in_flight} questions are being answered already (the most allowed, "
+                                 "limits.max_waiting_llm_requests); try again shortly")
+            self._asks_in_flight += 1
+        future = self._asks.submit(self.ask, question, stream, since_ms, until_ms)
+        future.add_done_callback(self._ask_done)
+        return future
+
+    def _ask_done(self, _: Future) -> None:
+        with self._lock:
+            self._asks_in_flight -= 1
+
     def ask(self, question: str, stream: str | None = None, since_ms: float | None = None,
             until_ms: float | None = None) -> dict:
         engine = self.llm_engine()
@@ -180,8 +218,12 @@ class Vigil:
             self._embedder = Embedder()
 
         def generate(prompt: str) -> str:
-            return engine.add_request(prompt, SamplingParams(max_tokens=64, stop=("\n",)), priority=8,
-                                      stream=False).result(120).text
+            try:
+                handle = engine.add_request(prompt, SamplingParams(max_tokens=64, stop=("\n",)), priority=8,
+                                            stream=False)
+            except EngineFull as exc:
+                raise Overloaded(str(exc)) from None
+            return handle.result(120).text
 
         return answer(question, self.storage.all_events(stream), self.storage.captions(stream), generate,
                       lines, zones, self._embedder, stream, since_ms, until_ms)
@@ -198,48 +240,69 @@ class Vigil:
             workers = list(self.workers.values())
         for w in workers:
             w.stop()
+        self._asks.shutdown(wait=False, cancel_futures=True)
         if self.llm is not None:
             self.llm.close()
         self.engine.close(drain=True)
-        self.storage.add_rollups(self.rollups.tick())
+        try:
+            self.storage.add_rollups(self.rollups.tick())
+        except StorageFull:
+            pass  # said in the log already; the events written before are safe
         self.storage.close()
 
     def _tick_loop(self) -> None:
         while not self._stop.wait(self.settings.rollup_interval_s):
             try:
                 self.storage.add_rollups(self.rollups.tick())
+            except StorageFull:
+                pass  # said once by storage
             except Exception:
                 log.exception("could not save metric windows")
 
     # -- streams ------------------------------------------------------------------------------------
-    def add_stream(self, name: str, url: str, options: dict[str, Any] | None = None) -> dict:
-        if not NAME_PATTERN.match(name or ""):
-            raise Invalid("name: must be lowercase letters, digits, '-' or '_' (at most 64, starting with a "
-                          f"letter or digit); was {name!r}")
-        try:
-            check_url(url)
-        except ValueError as exc:
-            raise Invalid(str(exc)) from None
-        opts = _stream_options(options or {})
+    def add_stream(self, name: str, url: str, options: StreamOptions | dict[str, Any] | None = None) -> dict:
+        if not valid_name(name):
+            raise Invalid(f"name: must be {NAME_RULE}; was {name!r}"[:300])
+        urls = self._checked_url(url)
+        opts = options if isinstance(options, StreamOptions) else _stream_options(options or {})
         with self._lock:
             if name in self.workers:
                 raise Conflict(f"stream {name!r} exists; DELETE it first or use another name")
             if len(self.workers) >= self.settings.limits.max_streams:
                 raise Conflict(f"at most {self.settings.limits.max_streams} streams (limits.max_streams); "
                                "delete one first")
-            self.storage.put_stream(name, url, asdict(opts))
-            self._start_stream(name, url, opts)
+            self.storage.put_stream(name, url, opts.model_dump())
+            self._start_stream(name, urls, opts)
         log.info("stream %s added (%s)", name, redact_url(url))
         return self.stream(name)
 
-    def _start_stream(self, name: str, url: str, opts: StreamOptions) -> None:
-        stream = ManagedStream(name, url, opts, clock=self.clock)
-        worker = StreamWorker(stream, self.engine, self._store_events, self.settings.block_frames,
-                              self.settings.block_ms, self.clock, on_block=self._on_block)
+    def _checked_url(self, url: str) -> tuple[str, str]:
+        """(what to open, the URL as given) if the source policy allows it."""
+        try:
+            return check_url(url, self.policy), url
+        except NotAllowed as exc:
+            raise Forbidden(str(exc)) from None
+        except NoSuchFile as exc:
+            raise NotFound(str(exc)) from None
+        except ValueError as exc:
+            raise Invalid(str(exc)) from None
+
+    def _start_stream(self, name: str, urls: tuple[str, str], opts: StreamOptions) -> None:
+        """A new run of the stream: its events carry the run's number, and a file's
+        time goes on after the times of earlier runs, so windows never mix them."""
+        opened, given = urls
+        run = self.storage.start_run(name)
+        start_ms = 0.0
+        if not is_live_url(opened):
+            last = self.storage.last_event_ms(name)
+            start_ms = 0.0 if last is None else (math.floor(last / 1000.0) + 1) * 1000.0
+        stream = ManagedStream(name, opened, opts, clock=self.clock, start_ms=start_ms, shown_url=given)
+        worker = StreamWorker(stream, self.engine, lambda events: self._store_events(events, run),
+                              self.settings.block_frames, self.settings.block_ms, self.clock, on_block=self._on_block)
         self.workers[name] = worker.start()
 
-    def _store_events(self, events: list[Event]) -> None:
-        self.storage.add_events([e.to_dict() for e in events])
+    def _store_events(self, events: list[Event], run: int) -> None:
+        self.storage.add_events([{**e.to_dict(), "run": run} for e in events])
 
     def stream(self, name: str) -> dict:
         with self._lock:
@@ -251,7 +314,7 @@ class Vigil:
                 "frames_decoded": s["frames_decoded"], "frames_dropped": s["frames_dropped"],
                 "reconnects": s["reconnects"], "gaps": s["gaps"], "last_gap_ms": s["last_gap_ms"],
                 "decode_errors": s["decode_errors"], "live": s["live"], "apps": worker.app_names(),
-                "options": asdict(worker.stream.options)}
+                "options": worker.stream.options.model_dump()}
 
     def streams(self) -> list[dict]:
         with self._lock:
@@ -292,12 +355,12 @@ class Vigil:
         if spec.source is None:
             raise Invalid("source: name the stream this app watches (POST /v1/streams first)")
         if spec.source not in self.workers:
-            raise Invalid(f"source: no stream {spec.source!r}; streams: {sorted(self.workers)}")
+            raise NotFound(f"source: no stream {spec.source!r}; streams: {sorted(self.workers)}")
         if spec.host_detector:
             return
         if spec.detector not in self.repository.model_names():
-            raise Invalid(f"detector: {spec.detector!r} is neither a host detector nor a model in the "
-                          f"repository ({', '.join(self.repository.model_names())})")
+            raise NotFound(f"detector: {spec.detector!r} is neither a host detector nor a model in the "
+                           f"repository ({', '.join(self.repository.model_names())})")
         try:
             versions = self.repository.versions(spec.detector)
             labels = self.repository.spec(spec.detector, max(versions)).labels
@@ -323,7 +386,7 @@ class Vigil:
         status = worker.app_status.get(name) if worker else None
         return {"name": name, "spec": spec.model_dump(mode="json"),
                 "status": status.status if status else "failed",
-                "error": status.error if status else "its stream is gone",
+                "error": self.shown(status.error) if status else "its stream is gone",
                 "counts": worker.app_counts(name) if worker else None}
 
     def list_apps(self) -> list[dict]:
@@ -407,24 +470,30 @@ class Vigil:
             labels.update(live.get("labels", {}))
             out.append({"name": name, "versions_on_disk": on_disk,
                         "loaded": sorted(int(v) for v in live.get("versions", {})),
-                        "labels": labels, "error": error})
+                        "labels": labels, "error": self.shown(error)})
         return out
 
     def model(self, name: str) -> dict:
         for m in self.models():
             if m["name"] == name:
                 return m
-        raise NotFound(f"no model {name!r} in {self.repository.root}")
+        raise NotFound(f"no model {name!r} in the model repository ({', '.join(self.repository.model_names())})")
 
     def _model_call(self, name: str, fn: Callable[[], Any]) -> Any:
         if name not in self.repository.model_names():
-            raise NotFound(f"no model {name!r} in {self.repository.root}")
+            raise NotFound(f"no model {name!r} in the model repository ({', '.join(self.repository.model_names())})")
         try:
             return fn()
         except RepositoryError as exc:
-            raise Invalid(str(exc)) from None
+            raise Invalid(self.shown(str(exc))) from None
         except (LookupError, ValueError) as exc:
-            raise Conflict(str(exc)) from None
+            raise Conflict(self.shown(str(exc))) from None
+
+    def shown(self, text: str | None) -> str | None:
+        """A message for a client: paths inside the model repository relative to it
+        (the server's own folders are not the client's business)."""
+        root = str(self.repository.root)
+        return None if text is None else text.replace(root + "/", "").replace(root, "the model repository")
 
     def load_model(self, name: str, versions: list[int] | None = None) -> dict:
         self._model_call(name, lambda: self.engine.load(name, versions))

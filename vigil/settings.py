@@ -8,26 +8,61 @@ import os
 from pathlib import Path
 from typing import Any
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from apps.spec import format_validation_error
+from apps.documents import DocumentError, load_yaml
+from apps.spec import format_errors
+from streams.urls import ALL_SCHEMES, DEFAULT_SCHEMES, SourcePolicy
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CONFIG = ROOT / "configs" / "vigil.yaml"
 
 
 class Limits(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    """What one client, camera or file can cost the server. Each default is documented
+    in configs/vigil.yaml; every one is finite."""
 
-    max_streams: int = Field(32, ge=1)
-    max_apps: int = Field(64, ge=1)
-    max_page_size: int = Field(1000, ge=1)
-    max_body_bytes: int = Field(1 << 20, ge=1024)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    max_streams: int = Field(32, ge=1, le=10_000)
+    max_apps: int = Field(64, ge=1, le=10_000)
+    max_page_size: int = Field(1000, ge=1, le=100_000)
+    max_body_bytes: int = Field(1 << 20, ge=1024, le=1 << 30, description="request bodies, counted as they "
+                                                                          "arrive (chunked or not)")
+    max_json_depth: int = Field(32, ge=4, le=256, description="nesting of JSON and YAML bodies")
+    max_prompt_chars: int = Field(32_000, ge=16, le=10_000_000, description="an LLM prompt (or all chat "
+                                                                           "messages), before tokenizing")
+    max_waiting_llm_requests: int = Field(64, ge=1, le=100_000, description="LLM requests queued or running; "
+                                                                           "past it: 503 with Retry-After")
+    max_connections: int = Field(256, ge=1, le=100_000, description="open HTTP connections; past it a new one "
+                                                                   "gets 503 and is closed")
+    header_timeout_s: float = Field(10.0, gt=0, le=600, description="a connection must send its request "
+                                                                    "headers within this")
+    idle_timeout_s: float = Field(5.0, gt=0, le=3600, description="an idle keep-alive connection is closed "
+                                                                  "after this")
+    max_image_pixels: int = Field(4096 * 4096, ge=64 * 64, le=1 << 30, description="gRPC images: width x "
+                                                                                  "height, checked before "
+                                                                                  "decoding")
+    media_dirs: tuple[Path, ...] = Field((Path("media"), Path("sample_videos")), max_length=64,
+                                         description="file streams only from under these folders")
+    url_schemes: tuple[str, ...] = Field(DEFAULT_SCHEMES, description=f"of {', '.join(ALL_SCHEMES)}")
+    url_hosts: tuple[str, ...] = Field((), max_length=1024, description="network streams only to these hosts "
+                                                                        "(names, *.domain, addresses, networks); "
+                                                                        "empty: any")
+    allow_listen: bool = Field(False, description="allow URLs that make the server listen (udp://, "
+                                                  "tcp://...?listen=1)")
+
+    def source_policy(self) -> SourcePolicy:
+        return SourcePolicy(self.media_dirs, self.url_schemes, self.url_hosts, self.allow_listen)
+
+    @model_validator(mode="after")
+    def _policy_is_valid(self) -> "Limits":
+        self.source_policy()  # ValueError naming the bad scheme or host
+        return self
 
 
 class Settings(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     host: str = "127.0.0.1"
     port: int = Field(8080, ge=0, le=65535)
@@ -37,6 +72,8 @@ class Settings(BaseModel):
     device: str = "auto"
     policy: str = "nexus"
     api_keys: tuple[str, ...] = ()
+    open_llm_routes: bool = Field(False, description="true: /v1/completions, /v1/chat/completions and /v1/ask "
+                                                     "need no key even when keys are set")
     block_ms: float = Field(300.0, gt=0)
     block_frames: int = Field(4, ge=1)
     rollup_interval_s: float = Field(5.0, gt=0)
@@ -70,11 +107,11 @@ def load_settings(path: Path | None = None, overrides: dict[str, Any] | None = N
     path = path or DEFAULT_CONFIG
     environ = os.environ if environ is None else environ
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        data = load_yaml(path.read_text()) or {}
     except OSError as exc:
         raise SettingsError(f"{path}: cannot read: {exc.strerror}") from None
-    except yaml.YAMLError as exc:
-        raise SettingsError(f"{path}: not valid YAML: {exc}") from None
+    except DocumentError as exc:
+        raise SettingsError(f"{path}: {exc}") from None
     if not isinstance(data, dict):
         raise SettingsError(f"{path}: a config is a mapping of settings; got {type(data).__name__}")
     base = path.resolve().parent
@@ -83,6 +120,11 @@ def load_settings(path: Path | None = None, overrides: dict[str, Any] | None = N
     for key in ("data_dir", "model_repository"):
         if key in data and not Path(data[key]).is_absolute():
             data[key] = str(base / data[key])
+    limits = data.get("limits")
+    # media folders the file names are relative to its folder; the defaults, to the working directory
+    if isinstance(limits, dict) and isinstance(limits.get("media_dirs"), list):
+        limits["media_dirs"] = [str(base / d) if isinstance(d, str) and not Path(d).is_absolute() else d
+                                for d in limits["media_dirs"]]
     data.update({k: v for k, v in (overrides or {}).items() if v is not None})
     keys = environ.get("VIGIL_API_KEYS")
     if keys is not None:
@@ -90,4 +132,4 @@ def load_settings(path: Path | None = None, overrides: dict[str, Any] | None = N
     try:
         return Settings.model_validate(data)
     except ValidationError as exc:
-        raise SettingsError(format_validation_error(str(path), exc)) from None
+        raise SettingsError(format_errors(exc.errors(), str(path), Settings.model_fields)) from None

@@ -10,12 +10,16 @@ lock: writes are small and few (events are batched per block).
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
+
+log = logging.getLogger("vigil.storage")
 
 MIGRATIONS: list[str] = [
     # 0 -> 1
@@ -75,8 +79,14 @@ MIGRATIONS: list[str] = [
     );
     CREATE INDEX captions_stream_t ON captions (stream, t_start_ms);
     """,
+    # 2 -> 3: runs of a stream (each start of it), which its events carry
+    """
+    ALTER TABLE streams ADD COLUMN runs INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE events ADD COLUMN run INTEGER NOT NULL DEFAULT 0;
+    """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
+MAX_EVENT_ID = 2**53 - 1  # the largest integer every JSON client reads exactly
 
 
 @dataclass(frozen=True)
@@ -90,50 +100,96 @@ class EventQuery:
     limit: int = 100
 
 
+class StorageError(Exception):
+    """The database cannot be used; the message names the file and the cause."""
+
+
+class StorageFull(StorageError):
+    """The disk under the database is full: writes fail until there is room again
+    (reads go on). Said once in the log, not at every write."""
+
+
 class Storage:
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         self._lock = threading.Lock()
-        self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None, timeout=10)
-        self._db.row_factory = sqlite3.Row
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._migrate()
+        self._full = False
+        try:
+            self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None, timeout=10)
+            self._db.row_factory = sqlite3.Row
+            with self._locked() as db:
+                db.execute("PRAGMA journal_mode=WAL")
+                db.execute("PRAGMA synchronous=NORMAL")
+            self._migrate()
+        except sqlite3.Error as exc:
+            raise StorageError(f"{path}: cannot open the database: {exc}") from None
+
+    @contextmanager
+    def _locked(self, write: bool = True) -> Iterator[sqlite3.Connection]:
+        """The connection, under the lock. A statement that fails rolls back its
+        transaction (if SQLite has not already); a full disk is StorageFull."""
+        with self._lock:
+            try:
+                yield self._db
+            except sqlite3.OperationalError as exc:
+                if self._db.in_transaction:
+                    try:
+                        self._db.execute("ROLLBACK")
+                    except sqlite3.Error:
+                        pass
+                if getattr(exc, "sqlite_errorcode", None) != sqlite3.SQLITE_FULL:
+                    raise
+                if not self._full:
+                    log.error("%s: the disk is full; writes are refused until there is room (%s)", self.path, exc)
+                    self._full = True
+                raise StorageFull(f"the disk under {self.path.name} is full; writes resume when there is room") \
+                    from None
+            if self._full and write:
+                self._full = False
+                log.warning("%s: writes work again", self.path)
 
     def _migrate(self) -> None:
-        with self._lock:
-            version = self._db.execute("PRAGMA user_version").fetchone()[0]
+        with self._locked() as db:
+            version = db.execute("PRAGMA user_version").fetchone()[0]
             if version > SCHEMA_VERSION:
-                raise RuntimeError(f"{self.path}: schema version {version} is newer than this Vigil "
+                raise StorageError(f"{self.path}: schema version {version} is newer than this Vigil "
                                    f"({SCHEMA_VERSION}); upgrade Vigil or use another data_dir")
             for target in range(version, SCHEMA_VERSION):
-                self._db.execute("BEGIN")
-                try:
-                    for statement in _statements(MIGRATIONS[target]):
-                        self._db.execute(statement)
-                    self._db.execute(f"PRAGMA user_version = {target + 1}")
-                    self._db.execute("COMMIT")
-                except Exception:
-                    self._db.execute("ROLLBACK")
-                    raise
+                db.execute("BEGIN")
+                for statement in _statements(MIGRATIONS[target]):
+                    db.execute(statement)
+                db.execute(f"PRAGMA user_version = {target + 1}")
+                db.execute("COMMIT")
 
     @property
     def schema_version(self) -> int:
-        with self._lock:
-            return self._db.execute("PRAGMA user_version").fetchone()[0]
+        with self._locked(write=False) as db:
+            return db.execute("PRAGMA user_version").fetchone()[0]
 
     def close(self) -> None:
         with self._lock:
             self._db.close()
 
     def _exec(self, sql: str, params: Iterable[Any] = ()) -> list[sqlite3.Row]:
-        with self._lock:
-            return self._db.execute(sql, tuple(params)).fetchall()
+        with self._locked(write=not sql.startswith("SELECT")) as db:
+            return db.execute(sql, tuple(params)).fetchall()
 
     # -- streams and apps ---------------------------------------------------------------------------
     def put_stream(self, name: str, url: str, options: dict) -> None:
-        self._exec("INSERT OR REPLACE INTO streams VALUES (?, ?, ?, ?)", (name, url, json.dumps(options), time.time()))
+        self._exec("INSERT INTO streams (name, url, options, created_s) VALUES (?, ?, ?, ?) ON CONFLICT(name) DO "
+                   "UPDATE SET url = excluded.url, options = excluded.options", (name, url, json.dumps(options),
+                                                                                 time.time()))
+
+    def start_run(self, name: str) -> int:
+        """The number of this start of the stream (1, 2, ...); 0 for a stream not stored."""
+        # past every run its events carry: a stream deleted and added again under its name goes on counting
+        rows = self._exec("UPDATE streams SET runs = MAX(runs, (SELECT COALESCE(MAX(run), 0) FROM events "
+                          "WHERE stream = ?1)) + 1 WHERE name = ?1 RETURNING runs", (name,))
+        return rows[0]["runs"] if rows else 0
+
+    def last_event_ms(self, stream: str) -> float | None:
+        return self._exec("SELECT MAX(t_ms) AS t FROM events WHERE stream = ?", (stream,))[0]["t"]
 
     def delete_stream(self, name: str) -> None:
         self._exec("DELETE FROM streams WHERE name = ?", (name,))
@@ -163,14 +219,14 @@ class Storage:
         """Events as `Event.to_dict()` gives them; one transaction."""
         if not events:
             return
-        core = ("type", "app", "stream", "t_ms", "track_id", "class")
-        rows = [(e["app"], e["stream"], e["type"], e["t_ms"], e["track_id"], e["class"],
+        core = ("type", "app", "stream", "t_ms", "track_id", "class", "run")
+        rows = [(e["app"], e["stream"], e["type"], e["t_ms"], e["track_id"], e["class"], e.get("run", 0),
                  json.dumps({k: v for k, v in e.items() if k not in core})) for e in events]
-        with self._lock:
-            self._db.execute("BEGIN")
-            self._db.executemany("INSERT INTO events (app, stream, type, t_ms, track_id, class, data) "
-                                 "VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
-            self._db.execute("COMMIT")
+        with self._locked() as db:
+            db.execute("BEGIN")
+            db.executemany("INSERT INTO events (app, stream, type, t_ms, track_id, class, run, data) "
+                           "VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
+            db.execute("COMMIT")
 
     def events(self, q: EventQuery) -> list[dict]:
         where, params = ["id > ?"], [q.after_id]
@@ -186,8 +242,9 @@ class Storage:
             params.append(q.until_ms)
         rows = self._exec(f"SELECT * FROM events WHERE {' AND '.join(where)} ORDER BY id LIMIT ?",
                           [*params, q.limit])
-        return [{"id": r["id"], "type": r["type"], "app": r["app"], "stream": r["stream"], "t_ms": r["t_ms"],
-                 "track_id": r["track_id"], "class": r["class"], **json.loads(r["data"])} for r in rows]
+        return [{"id": r["id"], "type": r["type"], "app": r["app"], "stream": r["stream"], "run": r["run"],
+                 "t_ms": r["t_ms"], "track_id": r["track_id"], "class": r["class"], **json.loads(r["data"])}
+                for r in rows]
 
     def count_events(self) -> int:
         return self._exec("SELECT COUNT(*) AS n FROM events")[0]["n"]
@@ -227,13 +284,13 @@ class Storage:
     def add_rollups(self, rows: list[dict]) -> None:
         if not rows:
             return
-        with self._lock:
-            self._db.execute("BEGIN")
-            self._db.executemany(
+        with self._locked() as db:
+            db.execute("BEGIN")
+            db.executemany(
                 "INSERT OR REPLACE INTO rollups VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [(r["app"], r["t_s"], r["window_s"], r["arrived"], r["completed"], r["within_slo"],
                   json.dumps(r["dropped"]), r["p50_ms"], r["p99_ms"]) for r in rows])
-            self._db.execute("COMMIT")
+            db.execute("COMMIT")
 
     def rollups(self, app: str, since_s: float) -> list[dict]:
         rows = self._exec("SELECT * FROM rollups WHERE app = ? AND t_s >= ? ORDER BY t_s", (app, since_s))

@@ -3,8 +3,10 @@ its frames into blocks, sends them through the engine and hands results to the a
 
 Apps are attached, changed and detached while the stream runs; changes take effect
 at the next block (the worker thread is the only one that touches `App` objects). An
-app that cannot start (its model fails to load) gets status `failed` with the error,
-and the stream's other apps go on. Blocks are pipelined two deep, as offline.
+app that cannot start (its model fails to load), or that raises while it runs, gets
+status `failed` with the error, and the stream's other apps go on. An app whose every
+frame of a block was dropped because its model is not there (unloaded) is `degraded`
+with the reason until frames come back. Blocks are pipelined two deep, as offline.
 
 The latest annotated frame of each app is kept as JPEG (at most one a second) for the
 dashboard.
@@ -30,6 +32,7 @@ from streams import FrameBlock
 from streams.blocks import BlockCutter, FrameSampler
 from streams.live import ManagedStream
 from vigil.pipeline import AppRunner, InFlight, RunError, build_runners, observe_block, submit_block
+from vigil.storage import StorageFull
 
 log = logging.getLogger("vigil.worker")
 
@@ -39,7 +42,7 @@ SNAPSHOT_EVERY_MS = 1000.0
 
 @dataclass
 class AppStatus:
-    status: str = "waiting"  # waiting (no frames yet) | loading | running | failed
+    status: str = "waiting"  # waiting (no frames yet) | loading | running | degraded | failed
     error: str | None = None
 
 
@@ -123,13 +126,26 @@ class StreamWorker:
 
     def _process(self, block: FrameBlock, pipeline: deque) -> None:
         runners = self._sync_apps(block)
-        pipeline.append((submit_block(block, runners, self.engine, self.clock), runners))
+        pipeline.append((submit_block(block, runners, self.engine, self.clock, self._app_failed), runners))
         if len(pipeline) >= PIPELINE_DEPTH:
             self._complete(*pipeline.popleft())
 
+    def _app_failed(self, runner: AppRunner, exc: Exception) -> None:
+        name = runner.app.name
+        if self._runners.pop(name, None) is None:
+            return  # failed already, in an earlier block still in flight
+        log.error("app %s on stream %s failed: %s: %s (the stream's other apps go on)", name, self.name,
+                  type(exc).__name__, exc, exc_info=exc)
+        self._set_status(name, "failed", f"{type(exc).__name__}: {exc}"[:500])
+        with self._lock:
+            self._wanted.pop(name, None)  # not restarted at every block; PATCH or re-add it
+
     def _complete(self, flight: InFlight, runners: list[AppRunner]) -> None:
         self._block_events = []
-        per_frame = observe_block(flight, runners, self.engine, self._emit)
+        runners = [r for r in runners if self._runners.get(r.app.name) is r]  # not those failed since
+        per_frame = observe_block(flight, runners, self.engine, self._emit, self._app_failed)
+        for r in runners:
+            self._health(r)
         self._snapshot(flight.block, runners, per_frame)
         if self.on_block is not None:
             in_view = {}
@@ -147,11 +163,29 @@ class StreamWorker:
             except Exception:
                 log.exception("stream %s: scene facts failed", self.name)
 
+    def _health(self, runner: AppRunner) -> None:
+        """running <-> degraded, from the block just observed: degraded when no frame
+        got a result because the model is not there."""
+        name = runner.app.name
+        with self._lock:
+            current = self.app_status.get(name)
+        if current is None or current.status not in ("running", "degraded"):
+            return
+        missing = runner.block_results == 0 and runner.block_drops.get("unavailable")
+        if missing and current.status == "running":
+            log.warning("app %s on stream %s is degraded: every frame is dropped: %s", name, self.name, missing)
+            self._set_status(name, "degraded", f"every frame dropped: {missing}")
+        elif runner.block_results and current.status == "degraded":
+            log.info("app %s on stream %s gets results again", name, self.name)
+            self._set_status(name, "running")
+
     def _emit(self, events: list[Event]) -> None:
         self._block_events += events
         if events:
             try:
                 self.emit(events)
+            except StorageFull:
+                pass  # said once by storage; the counts and the live views go on
             except Exception:
                 log.exception("stream %s: could not store %d events", self.name, len(events))
 
@@ -169,16 +203,20 @@ class StreamWorker:
             runner = self._runners.get(name)
             if runner is not None:
                 if runner.app.spec != spec:
-                    runner.app.reconfigure(spec)
-                    runner.sampler = FrameSampler(spec.fps)
+                    try:
+                        runner.app.reconfigure(spec)
+                        runner.sampler = FrameSampler(spec.fps)
+                    except Exception as exc:  # this app only
+                        self._app_failed(runner, exc)
                 continue
             self._set_status(name, "loading")
             try:
                 self._runners[name] = build_runners([spec], self.engine, self.name, block.size, fps)[0]
                 self._set_status(name, "running")
-            except (RunError, ValueError) as exc:
-                log.warning("app %s on stream %s cannot start: %s", name, self.name, exc)
-                self._set_status(name, "failed", str(exc))
+            except Exception as exc:  # a RunError (its model does not load), or anything else: this app only
+                reason = str(exc) if isinstance(exc, (RunError, ValueError)) else f"{type(exc).__name__}: {exc}"
+                log.warning("app %s on stream %s cannot start: %s", name, self.name, reason)
+                self._set_status(name, "failed", reason[:500])
                 with self._lock:
                     self._wanted.pop(name, None)  # do not retry on every block
         return list(self._runners.values())

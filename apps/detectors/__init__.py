@@ -10,6 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
+from pydantic import BaseModel, ValidationError
+
+from apps.detectors.motion import MotionDetector, MotionOptions
 from engine.detections import Detections
 from streams.frames import FrameBlock
 
@@ -25,17 +28,14 @@ class Detector(Protocol):
 @dataclass(frozen=True)
 class DetectorInfo:
     labels: tuple[str, ...]
-    build: Callable[[dict[str, Any]], Detector]
+    options: type[BaseModel]  # what `detector_options` may hold
+    build: Callable[[Any], Detector]  # from options of that type
     summary: str
 
 
-def _motion(options: dict[str, Any]) -> Detector:
-    from apps.detectors.motion import MotionDetector, MotionOptions
-    return MotionDetector(MotionOptions(**options))
-
-
 HOST_DETECTORS: dict[str, DetectorInfo] = {
-    "motion": DetectorInfo(("motion",), _motion, "background subtraction: moving blobs, no classes"),
+    "motion": DetectorInfo(("motion",), MotionOptions, MotionDetector,
+                           "background subtraction: moving blobs, no classes"),
 }
 
 
@@ -45,6 +45,9 @@ def build_host_detector(name: str, options: dict[str, Any] | None = None) -> Det
     except KeyError:
         raise ValueError(f"unknown host detector {name!r}; known: {sorted(HOST_DETECTORS)}") from None
     try:
-        return info.build(dict(options or {}))
+        return info.build(info.options.model_validate(dict(options or {})))
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))[:64]}: {e['msg']}" for e in exc.errors()[:5])
+        raise ValueError(f"detector {name!r}: bad detector_options: {problems}") from None
     except (TypeError, ValueError) as exc:
         raise ValueError(f"detector {name!r}: bad detector_options: {exc}") from None

@@ -8,33 +8,30 @@ a trained model.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import cv2
 import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
 
 from engine.detections import Detections
+from streams.numbers import json_int
 from streams.frames import FrameBlock
 
 
-@dataclass(frozen=True)
-class MotionOptions:
-    threshold: float = 28.0  # per-channel difference (8-bit levels) that makes a pixel foreground
-    warmup_frames: int = 30  # the first frames learn everywhere, so early ghosts fade
-    learn_background: float = 0.05  # update rate where the scene looks like background
-    learn_foreground: float = 0.004  # where it does not: a stopped object fades in ~1/rate frames
-    min_area: float = 0.0006  # smallest blob, as a fraction of the frame
-    open_px: int = 3  # morphological opening (removes noise specks)
-    close_px: int = 7  # morphological closing (joins a figure's limbs into one blob)
+class MotionOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, strict=True)
 
-    def __post_init__(self) -> None:
-        if self.threshold <= 0:
-            raise ValueError(f"threshold must be > 0; was {self.threshold}")
-        for name in ("learn_background", "learn_foreground"):
-            if not 0 < getattr(self, name) < 1:
-                raise ValueError(f"{name} must be in (0, 1); was {getattr(self, name)}")
-        if not 0 < self.min_area < 1:
-            raise ValueError(f"min_area is a fraction of the frame in (0, 1); was {self.min_area}")
+    threshold: float = Field(28.0, gt=0, le=255, description="per-channel difference (8-bit levels) that makes a "
+                                                              "pixel foreground")
+    warmup_frames: json_int(ge=0, le=10_000) = Field(30, description="the first frames learn everywhere, so early "
+                                                                 "ghosts fade")
+    learn_background: float = Field(0.05, gt=0, lt=1, description="update rate where the scene looks like "
+                                                                   "background")
+    learn_foreground: float = Field(0.004, gt=0, lt=1, description="where it does not: a stopped object fades "
+                                                                    "in ~1/rate frames")
+    min_area: float = Field(0.0006, gt=0, lt=1, description="smallest blob, as a fraction of the frame")
+    open_px: json_int(ge=1, le=64) = Field(3, description="morphological opening (removes noise specks)")
+    close_px: json_int(ge=1, le=64) = Field(7, description="morphological closing (joins a figure's limbs into "
+                                                           "one blob)")
 
 
 class BackgroundModel:

@@ -196,3 +196,45 @@ def test_profiles_are_stored_and_reused(tmp_path, engine_factory):
     second.load("m")
     assert stored[0].stat().st_mtime_ns == before  # read, not measured again
     assert second.profiles()["m/backbone"] == profile
+
+
+def test_an_image_the_model_cannot_take_fails_alone_and_releases_its_version(tmp_path, engine_factory, monkeypatch):
+    """A preprocessing failure (an image far too small, say) drops that request as
+    'invalid'; the requests beside it run, and the version's in-flight count goes back
+    to 0, so an unloaded version is freed (the count once leaked and pinned it)."""
+    write_model(tmp_path, "m", 1, {"split": []})
+    engine = engine_factory()
+    engine.load("m")
+    model = engine.manager.versions["m"][1].model
+    real = model.preprocess
+
+    def preprocess(images):
+        if images.shape[1] < 8:
+            raise ValueError(f"cannot resize a {images.shape[2]}x{images.shape[1]} image")
+        return real(images)
+
+    monkeypatch.setattr(model, "preprocess", preprocess)
+    tiny = Request("app", "m", np.zeros((1, 1, 3), np.uint8), engine.clock(), 10_000.0)
+    futures = engine.submit_many([tiny, request(engine=engine), request(engine=engine, key=("s", 1))])
+    with pytest.raises(Dropped, match="invalid: preprocess: ValueError: cannot resize a 1x1 image"):
+        futures[0].result(timeout=10)
+    assert all(f.result(timeout=10).version == 1 for f in futures[1:])
+    assert engine.manager.versions["m"][1].in_flight == 0
+    freed = []
+    engine.manager.on_free = freed.append
+    engine.unload("m")
+    assert [s.version for s in freed] == [1]
+
+
+def test_labels_set_while_serving_survive_load_and_reload(tmp_path, engine_factory):
+    for v in (1, 2):
+        write_model(tmp_path, "m", v)
+    write_model(tmp_path, "m", 1, config={"version_policy": {"latest": 2}, "labels": {"stable": 1}})
+    engine = engine_factory()
+    engine.load("m")
+    engine.set_label("m", "stable", 2)
+    engine.load("m")
+    assert engine.models()["m"]["labels"] == {"stable": 2}
+    engine.reload("m")
+    assert engine.models()["m"]["labels"] == {"stable": 2}
+    assert engine.submit(request(version="stable", engine=engine)).result(timeout=10).version == 2

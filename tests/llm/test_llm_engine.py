@@ -141,3 +141,91 @@ def test_a_requests_tokens_span_its_prompt_and_output():
     assert all(req.token_ids(s, n) == whole[s:s + n] for s in range(7) for n in range(1, 8 - s))
     req.blocks = [9, 3]
     assert [req.slot(p, 4) for p in (0, 3, 4, 7)] == [36, 39, 12, 15]
+
+
+def test_a_request_whose_sampling_fails_fails_alone(tiny, monkeypatch):
+    """One request's sampling raising (it once took the whole batch down with NaN
+    probabilities) ends that request with an error; its neighbour runs to its end with
+    exactly the tokens it gets alone."""
+    import llm.engine as engine_module
+
+    real = engine_module.sample
+
+    def sample(logits, params, generator=None):
+        if params.seed == 13:
+            raise ValueError("sampling: the logits give no probability distribution (not finite)")
+        return real(logits, params, generator)
+
+    e = engine(tiny)
+    alone = e.add_request("t5 t6 t7", SamplingParams(max_tokens=40, temperature=0.8, seed=1, ignore_eos=True))
+    while e.has_work():
+        e.step()
+    monkeypatch.setattr(engine_module, "sample", sample)
+    bad = e.add_request("t9 t8", SamplingParams(max_tokens=40, temperature=0.8, seed=13, ignore_eos=True))
+    good = e.add_request("t5 t6 t7", SamplingParams(max_tokens=40, temperature=0.8, seed=1, ignore_eos=True))
+    while e.has_work():
+        e.step()
+    failed, done = bad.result(1), good.result(1)
+    assert failed.finish_reason == "error" and "not finite" in failed.error
+    assert done.finish_reason == "length" and good.request.output_ids == alone.request.output_ids
+    assert e.pool.num_free == e.pool.num_blocks
+
+
+def test_waiting_requests_are_bounded(tiny):
+    from llm.engine import EngineFull
+
+    e = engine(tiny, max_waiting=3)
+    handles = [e.add_request("t5", SamplingParams(max_tokens=2)) for _ in range(3)]
+    with pytest.raises(EngineFull, match="3 LLM requests are waiting"):
+        e.add_request("t5", SamplingParams(max_tokens=2))
+    e.step()  # admits the waiting ones: there is room again
+    e.add_request("t5", SamplingParams(max_tokens=2))
+    while e.has_work():
+        e.step()
+    assert all(h.result(1).finish_reason == "length" for h in handles)
+
+
+@pytest.mark.parametrize("temperature", [1e-300, 1e-6])
+def test_a_vanishing_temperature_is_greedy(tiny, temperature):
+    e = engine(tiny)
+    greedy = e.add_request("t5 t6", SamplingParams(max_tokens=10, temperature=0.0, ignore_eos=True))
+    tiny_t = e.add_request("t5 t6", SamplingParams(max_tokens=10, temperature=temperature, ignore_eos=True))
+    while e.has_work():
+        e.step()
+    assert tiny_t.result(1).finish_reason == "length"
+    assert tiny_t.request.output_ids == greedy.request.output_ids
+
+
+@pytest.mark.parametrize("field,value", [("temperature", float("nan")), ("temperature", float("inf")),
+                                         ("temperature", -1.0), ("top_p", float("nan")), ("top_p", 0.0)])
+def test_sampling_params_must_be_finite_and_in_range(field, value):
+    with pytest.raises(ValueError, match=field):
+        SamplingParams(**{field: value})
+
+
+def test_the_smallest_top_p_keeps_the_likeliest_token(tiny):
+    e = engine(tiny)
+    greedy = e.add_request("t5 t6", SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True))
+    nucleus = e.add_request("t5 t6", SamplingParams(max_tokens=8, temperature=1.0, top_p=5e-324, seed=3,
+                                                    ignore_eos=True))
+    while e.has_work():
+        e.step()
+    assert nucleus.result(1).finish_reason == "length"
+    assert nucleus.request.output_ids == greedy.request.output_ids
+
+
+def test_async_stream_gives_the_same_pieces_as_the_blocking_one(tiny):
+    import asyncio
+
+    e = engine(tiny).start()
+    try:
+        expected = e.add_request("t5 t6 t7", SamplingParams(max_tokens=12, ignore_eos=True)).result(30)
+
+        async def consume():
+            h = e.add_request("t5 t6 t7", SamplingParams(max_tokens=12, ignore_eos=True))
+            return [out async for out in h.astream(30)]
+
+        pieces = asyncio.run(consume())
+        assert "".join(p.text for p in pieces) == expected.text and pieces[-1].finish_reason == "length"
+    finally:
+        e.close()

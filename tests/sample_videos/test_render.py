@@ -73,7 +73,10 @@ def test_cli_writes_clip_and_truth(tmp_path, capsys):
 @pytest.mark.parametrize("args, message", [
     (["--seed", "1", "--out", "x.avi"], "--out must end in .mp4"),
     (["--seed", "1", "--out", "x.mp4", "--size", "big"], "--size takes WIDTHxHEIGHT"),
-    (["--seed", "1", "--out", "x.mp4", "--fps", "0"], "fps must be > 0"),
+    (["--seed", "1", "--out", "x.mp4", "--fps", "0"], "fps must be in (0, 120]; was 0.0"),
+    (["--seed", "1", "--out", "x.mp4", "--fps", "nan"], "fps must be in (0, 120]; was nan"),
+    (["--seed", "1", "--out", "x.mp4", "--size", "100000x100000"], "size must be even, from 64x64 to 3840x2160"),
+    (["--seed", "1", "--out", "x.mp4", "--duration", "inf"], "duration_s must be in (0, 86400]"),
 ])
 def test_cli_rejects_bad_options(args, message, capsys):
     with pytest.raises(SystemExit):

@@ -64,9 +64,20 @@ def test_sampler_state_carries_across_blocks():
     assert kept.tolist() == [0, 6, 12, 18, 24]
 
 
-def test_sampler_rejects_zero_fps():
-    with pytest.raises(ValueError, match="fps must be > 0"):
-        FrameSampler(0)
+@pytest.mark.parametrize("fps", [0, -1, float("inf"), float("nan"), 1e9])
+def test_sampler_refuses_rates_no_camera_has(fps):
+    with pytest.raises(ValueError, match=r"fps must be in \(0, 1000"):
+        FrameSampler(fps)
+
+
+def test_sampler_after_a_long_jump_in_time_is_one_step_and_on_the_grid():
+    """A camera back after a day: the next due frame follows from the period at once
+    (it once stepped through every missed period, 86 million for this one)."""
+    sampler = FrameSampler(1000.0)
+    assert sampler.wants(0.0)
+    assert sampler.wants(86_400_000.0)
+    assert sampler.next_due_ms == pytest.approx(86_400_001.0)
+    assert not sampler.wants(86_400_000.4) and sampler.wants(86_400_001.0)
 
 
 def test_block_select_and_validation():

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from streams.live import ManagedStream, StreamOptions, backoff_s, check_url
+from streams.live import ManagedStream, StreamOptions, backoff_s
 from support.processes import RtspServer, free_port, wait_for
 
 FAST = dict(backoff_initial_s=0.2, backoff_max_s=1.0, open_timeout_s=3.0, read_timeout_s=3.0)
@@ -40,15 +40,6 @@ def test_backoff_doubles_with_jitter_up_to_the_cap(attempt, low, high):
 def test_bad_options_name_the_field(field, value):
     with pytest.raises(ValueError, match=field):
         StreamOptions(**{field: value})
-
-
-def test_check_url_refuses_missing_files_and_unknown_schemes(tmp_path):
-    with pytest.raises(ValueError, match="no such file"):
-        check_url(str(tmp_path / "nope.mp4"))
-    with pytest.raises(ValueError, match="unknown scheme"):
-        check_url("gopher://x/y")
-    check_url("rtsp://user:pw@10.0.0.1/stream")
-    check_url("synthetic://street?seed=1")
 
 
 def test_file_stream_ends_and_counts_frames(short_clip):
@@ -169,3 +160,30 @@ def test_http_source_through_ffmpeg_reconnects_at_the_end(bundled_clips):
     finally:
         stream.stop()
         httpd.shutdown()
+
+
+def test_a_file_that_cannot_open_for_want_of_descriptors_is_retried_not_failed(short_clip, monkeypatch):
+    """EMFILE says the machine is short of descriptors, not that the file is bad: the
+    stream reconnects with backoff (it once ended `failed (Too many open files)`)."""
+    import errno
+
+    import av
+
+    import streams.source as source
+
+    clip, truth = short_clip
+    real, calls = source.av.open, {"n": 0}
+
+    def open_(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] <= 2:
+            av.error.err_check(-errno.EMFILE)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(source.av, "open", open_)
+    stream = ManagedStream("f", str(clip), StreamOptions(realtime=False, **FAST)).start()
+    frames = [f for f in stream.frames() if f is not None]
+    status = stream.status()
+    assert status["status"] == "ended" and status["reconnects"] == 2 and len(frames) == len(truth["frames"])
+    assert "Too many open files" in status["last_error"]
+

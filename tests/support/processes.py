@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import httpx
+import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 SYSTEM_PYTHON = "/usr/bin/python3"  # Debian's, with python3-gi and gst-rtsp-server
@@ -63,15 +64,27 @@ class RtspServer:
 
 
 class VigilServer:
-    """`vigil serve` as a user starts it, in its own process."""
+    """`vigil serve` as a user starts it, in its own process. `config` (settings, as
+    in configs/vigil.yaml) and `media_dirs` (folders file streams may come from, beside
+    sample_videos/) are written to a config file it is started with."""
 
-    def __init__(self, data_dir: Path, api_keys: str | None = None, extra: list[str] | None = None) -> None:
+    def __init__(self, data_dir: Path, api_keys: str | None = None, extra: list[str] | None = None,
+                 config: dict | None = None, media_dirs: list[Path] = (), preexec_fn=None) -> None:
         self.data_dir = data_dir
         self.port, self.grpc_port = free_port(), free_port()
         self.api_keys = api_keys
         self.extra = extra or []
+        self.preexec_fn = preexec_fn
         self.proc: subprocess.Popen | None = None
         self.log = data_dir.parent / f"{data_dir.name}-serve.log"
+        if config is not None or media_dirs:
+            config = dict(config or {})
+            limits = config.setdefault("limits", {})
+            limits.setdefault("media_dirs", [str(ROOT / "sample_videos"), *map(str, media_dirs)])
+            self.config_path = data_dir.parent / f"{data_dir.name}-vigil.yaml"
+            self.config_path.parent.mkdir(parents=True, exist_ok=True)
+            self.config_path.write_text(yaml.safe_dump(config))
+            self.extra = ["--config", str(self.config_path), *self.extra]
 
     @property
     def url(self) -> str:
@@ -86,7 +99,8 @@ class VigilServer:
         self.proc = subprocess.Popen([sys.executable, "-m", "vigil.cli", "serve", "--port", str(self.port),
                                       "--grpc-port", str(self.grpc_port), "--data-dir", str(self.data_dir),
                                       "--device", "cpu", *self.extra],
-                                     cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT)
+                                     cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT,
+                                     preexec_fn=self.preexec_fn)
         wait_for(lambda: self.proc.poll() is None and httpx.get(f"{self.url}/healthz").status_code == 200,
                  timeout_s, f"vigil serve on {self.url} (log {self.log})")
         return self

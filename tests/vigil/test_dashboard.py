@@ -7,10 +7,8 @@ import re
 import pytest
 from playwright.sync_api import sync_playwright
 
-CHROMIUM = "/usr/bin/chromium"
-# Chromium's own background traffic is refused by an offline machine; keep it quiet.
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync"]
+from support.browser import ARGS, CHROMIUM
+
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,7 @@ import sqlite3
 
 import pytest
 
-from vigil.storage import SCHEMA_VERSION, EventQuery, Storage
+from vigil.storage import SCHEMA_VERSION, EventQuery, Storage, StorageError
 
 
 def event(i: int, app: str = "a", stream: str = "s", type: str = "line_cross", **data) -> dict:
@@ -28,7 +28,7 @@ def test_a_newer_schema_is_refused_rather_than_damaged(tmp_path):
     raw.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
     raw.commit()
     raw.close()
-    with pytest.raises(RuntimeError, match="newer"):
+    with pytest.raises(StorageError, match="newer"):
         Storage(tmp_path / "v.db")
 
 

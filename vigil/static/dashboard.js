@@ -5,7 +5,9 @@ const esc = (s) => String(s ?? "").replace(/[&<>"]/g, (c) => ({"&": "&amp;", "<"
 
 function card(a) {
   const att = a.attainment_1m;
-  const cls = att === null ? "" : att >= 0.99 ? "" : att >= 0.9 ? "miss" : "bad";
+  // an app that is not running (failed, or degraded: its frames are dropped) is red whatever its last numbers
+  const down = a.status === "failed" || a.status === "degraded";
+  const cls = down ? "bad" : att === null ? "" : att >= 0.99 ? "" : att >= 0.9 ? "miss" : "bad";
   const drops = Object.entries(a.dropped || {}).map(([k, v]) => `${esc(k)} ${v}`).join(", ") || "none";
   const batches = Object.values(a.batch_size || {}).map((h) =>
     Object.entries(h).map(([b, n]) => `${b}×${n}`).join(" ")).join(" | ") || "–";
@@ -13,7 +15,7 @@ function card(a) {
   const p99 = a.latency_ms ? a.latency_ms.p99 : null, p50 = a.latency_ms ? a.latency_ms.p50 : null;
   return `<div class="card ${cls}" data-app="${esc(a.name)}">
     <h2><a href="/dashboard/apps/${encodeURIComponent(a.name)}">${esc(a.name)}</a>
-      <span class="pill">${esc(a.status)}</span></h2>
+      <span class="pill ${esc(a.status)}">${esc(a.status)}</span></h2>
     <div class="muted">${esc(a.detector)} · SLO ${a.slo_ms} ms ${a.error ? "· " + esc(a.error) : ""}</div>
     <div class="row"><span>attainment, last minute</span><span class="big att-1m">${pct(att)}</span></div>
     <div class="row"><span>attainment, last hour</span><span class="att-1h">${pct(a.attainment_1h)}</span></div>

@@ -1,0 +1,107 @@
+"""Watching a server under attack: `watch()` polls /healthz and the server's RSS from a
+thread while an attack runs; `still_serving()` checks, after it, that a normal
+completion and the live streams work."""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from support.processes import VigilServer, wait_for
+
+KEY = "sec-key-0123456789"
+AUTH = {"Authorization": f"Bearer {KEY}"}
+CAPTION_PROMPT = ("facts: view: person 2, car 1, bike 0 | cross: none | enter: none | leave: none\ncaption:")
+LIMITS = {"max_waiting_llm_requests": 8, "max_connections": 48, "header_timeout_s": 2, "idle_timeout_s": 2,
+          "max_prompt_chars": 4000}
+APPS = [{"name": "people", "source": "a", "detector": "scenedet", "classes": ["person"], "slo_ms": 1500},
+        {"name": "vehicles", "source": "b", "detector": "scenedet", "classes": ["car", "bike"], "slo_ms": 1500},
+        {"name": "moving", "source": "a", "detector": "motion", "fps": 5, "slo_ms": 1000}]
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024.0
+    raise RuntimeError("no VmRSS")
+
+
+@dataclass
+class Watch:
+    """What the server did while an attack ran."""
+
+    baseline_mb: float
+    peak_mb: float = 0.0
+    slowest_health_s: float = 0.0
+    health_failures: list = field(default_factory=list)
+    samples: int = 0
+
+    @property
+    def growth_mb(self) -> float:
+        return self.peak_mb - self.baseline_mb
+
+    def held(self, max_growth_mb: float = 200.0, max_health_s: float = 1.0) -> None:
+        assert self.samples >= 2, "the watch did not run"
+        assert not self.health_failures, f"/healthz failed during the attack: {self.health_failures[:3]}"
+        assert self.slowest_health_s < max_health_s, f"/healthz took {self.slowest_health_s:.2f} s"
+        assert self.growth_mb < max_growth_mb, (f"RSS rose {self.growth_mb:.0f} MB over its baseline of "
+                                                f"{self.baseline_mb:.0f} MB")
+
+
+WATCHED: list[tuple[str, Watch]] = []  # (test, what it saw): the suite prints them at the end
+
+
+@contextmanager
+def watch(server: VigilServer, poll_s: float = 0.2):
+    """Samples /healthz latency and RSS every `poll_s` while the block runs."""
+    import os
+
+    pid = server.proc.pid
+    w = Watch(statistics.median(rss_mb(pid) for _ in range(3)))
+    WATCHED.append((os.environ.get("PYTEST_CURRENT_TEST", "?").split(" ")[0], w))
+    stop = threading.Event()
+
+    def poll():
+        with httpx.Client(base_url=server.url, timeout=5) as client:
+            while not stop.is_set():
+                t0 = time.monotonic()
+                try:
+                    if client.get("/healthz").status_code != 200:
+                        w.health_failures.append("status")
+                except httpx.HTTPError as exc:
+                    w.health_failures.append(repr(exc))
+                w.slowest_health_s = max(w.slowest_health_s, time.monotonic() - t0)
+                w.peak_mb = max(w.peak_mb, rss_mb(pid))
+                w.samples += 1
+                stop.wait(poll_s)
+
+    thread = threading.Thread(target=poll, daemon=True)
+    thread.start()
+    try:
+        yield w
+    finally:
+        deadline = time.monotonic() + 5
+        while w.samples < 3 and time.monotonic() < deadline:  # a quick attack still gets a look after it
+            time.sleep(poll_s)
+        stop.set()
+        thread.join(10)
+
+
+def still_serving(server: VigilServer) -> None:
+    """A normal completion answers and every live stream goes on decoding."""
+    with httpx.Client(base_url=server.url, timeout=60, headers=AUTH) as api:
+        r = api.post("/v1/completions", json={"prompt": CAPTION_PROMPT, "max_tokens": 16, "temperature": 0})
+        assert r.status_code == 200, r.text
+        assert "in view" in r.json()["choices"][0]["text"]
+        before = {s["name"]: s["frames_decoded"] for s in api.get("/v1/streams").json()}
+        wait_for(lambda: all(s["frames_decoded"] > before[s["name"]] for s in api.get("/v1/streams").json()
+                             if s["name"] in ("a", "b")), 20, "the streams decode on")
+        assert {a["name"]: a["status"] for a in api.get("/v1/apps").json()
+                if a["name"] in ("people", "vehicles", "moving")} == dict.fromkeys(("people", "vehicles", "moving"),
+                                                                                   "running")
