@@ -21,7 +21,7 @@ import queue
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import AsyncIterator, Callable, Iterator
+from typing import AsyncIterator, Callable, Iterable, Iterator
 
 import torch
 
@@ -155,27 +155,29 @@ class RequestHandle:
         loop = asyncio.get_running_loop()
         ready = asyncio.Event()
         self.request.waker = lambda: loop.call_soon_threadsafe(ready.set)
-        while True:
-            try:
-                out = self.request.outputs.get_nowait()
-            except queue.Empty:
-                ready.clear()
-                if self.request.outputs.empty():  # an output put since the check wakes the wait
-                    await asyncio.wait_for(ready.wait(), timeout_s)
-                continue
-            yield out
-            if out.finish_reason is not None:
-                return
+        try:
+            while True:
+                try:
+                    out = self.request.outputs.get_nowait()
+                except queue.Empty:
+                    ready.clear()
+                    if self.request.outputs.empty():  # an output put since the check wakes the wait
+                        await asyncio.wait_for(ready.wait(), timeout_s)
+                    continue
+                yield out
+                if out.finish_reason is not None:
+                    return
+        finally:
+            self.request.waker = None  # the waiter is gone (perhaps its loop with it)
 
     async def aresult(self, timeout_s: float | None = None) -> Output:
-        outs = [out async for out in self.astream(timeout_s)]
-        return _joined(iter(outs))
+        return _joined([out async for out in self.astream(timeout_s)])
 
     def cancel(self) -> None:
         self.engine.abort(self.request_id)
 
 
-def _joined(outputs: Iterator[Output]) -> Output:
+def _joined(outputs: Iterable[Output]) -> Output:
     text, ids, last = [], [], Output("", [])
     for last in outputs:
         text.append(last.text)

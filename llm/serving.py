@@ -68,6 +68,7 @@ class SamplingFields(BaseModel):
 
     model: str | None = Field(None, max_length=256)
     max_tokens: json_int(ge=1, le=MAX_TOKENS) | None = Field(None, description="default 64")
+    max_completion_tokens: json_int(ge=1, le=MAX_TOKENS) | None = Field(None, description="max_tokens' newer name")
     temperature: float | None = Field(None, ge=0, le=2, description="0: greedy; default 1")
     top_p: float | None = Field(None, gt=0, le=1)
     seed: json_int(ge=0, le=2**53 - 1) | None = Field(None, description="at most 2**53 - 1, exact in every JSON client")
@@ -95,7 +96,6 @@ class ChatMessage(BaseModel):
 
 
 class ChatCompletionRequest(SamplingFields):
-    max_completion_tokens: json_int(ge=1, le=MAX_TOKENS) | None = None
     messages: list[ChatMessage] = Field(min_length=1, max_length=256)
 
 
@@ -110,7 +110,7 @@ class Completion:
 
 def sampling_from(body: SamplingFields) -> SamplingParams:
     stop = (body.stop,) if isinstance(body.stop, str) else tuple(body.stop or ())
-    max_tokens = getattr(body, "max_completion_tokens", None) if body.max_tokens is None else body.max_tokens
+    max_tokens = body.max_completion_tokens if body.max_tokens is None else body.max_tokens
     return SamplingParams(max_tokens=64 if max_tokens is None else max_tokens,
                           temperature=1.0 if body.temperature is None else body.temperature,
                           top_p=1.0 if body.top_p is None else body.top_p, seed=body.seed, stop=stop,

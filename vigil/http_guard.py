@@ -8,10 +8,9 @@
   chunk is cut off (408).
 - `GuardedH11Protocol` (uvicorn's h11 protocol, per connection): past
   `max_connections` open connections, the one that has waited longest without sending
-  a request is closed to make room, and when every one is busy with a request the new
-  one gets 503 and is closed at once (its descriptor is back before the process runs
-  out). A connection that has not sent its request headers within `header_timeout_s`
-  is closed.
+  anything is closed to make room, and when there is none the new one gets 503 and is
+  closed at once (its descriptor is back before the process runs out). A connection
+  that has not sent its request headers within `header_timeout_s` is closed.
 - `RepeatFilter` (logging): the same message from the same place at most a few times
   a minute, then one line saying how many were held back. A flood of refused
   connections must not fill the disk with log.
@@ -107,6 +106,7 @@ def guarded_protocol(max_connections: int, header_timeout_s: float) -> type:
             super().connection_made(transport)
             self._header_timer = None
             self._opened = self.loop.time()
+            self._answered = 0
             if len(self.connections) > max_connections and not self._evict_idle():
                 transport.write(SERVICE_UNAVAILABLE)
                 transport.close()
@@ -114,14 +114,14 @@ def guarded_protocol(max_connections: int, header_timeout_s: float) -> type:
             self._arm_header_timer()
 
         def _idle(self) -> bool:
-            """Waiting for a request: nothing of one has arrived (a new connection, or
-            kept alive after a response)."""
-            return self.conn.their_state is h11.IDLE and (self.cycle is None or self.cycle.response_complete)
+            """Opened, and not one byte of a request yet. (A connection kept alive
+            after a response is a client that asked before; the idle timeout closes it.)"""
+            return self._answered == 0 and self.conn.their_state is h11.IDLE and self.cycle is None
 
         def _evict_idle(self) -> bool:
             """Close the connection that has waited longest without sending a request,
             so a client with a request is served and one that only holds a socket is
-            not; False when every other connection is busy with a request."""
+            not; False when no connection is idle that way."""
             idle = [c for c in self.connections if c is not self and c._idle() and not c.transport.is_closing()]
             if not idle:
                 return False
@@ -145,6 +145,7 @@ def guarded_protocol(max_connections: int, header_timeout_s: float) -> type:
                 self._header_timer = None
 
         def on_response_complete(self) -> None:
+            self._answered += 1
             super().on_response_complete()
             if not self.transport.is_closing():
                 self._arm_header_timer()  # the next request on this connection gets the same time

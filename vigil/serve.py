@@ -29,11 +29,9 @@ from vigil.service import Vigil
 from vigil.settings import Settings
 
 log = logging.getLogger("vigil.serve")
-# descriptors kept for what is not a connection: streams, the database, gRPC, model files
-FD_RESERVE = 128
 # connections accepted in one turn of the event loop (and the listen queue): those past
-# the cap are closed only after the turn, so a burst needs this many descriptors spare
-BACKLOG = 128
+# the cap are closed a turn or two later, so a burst needs a few times this many spare
+BACKLOG = 64
 
 
 def _return_frames_to_the_os() -> None:
@@ -54,10 +52,11 @@ def _logging() -> None:
 
 
 def connection_cap(wanted: int) -> int:
-    """limits.max_connections, or fewer when the process's descriptors cannot hold that
-    many (the soft limit raised to the hard one first). Past the cap a connection is
-    closed at once; past the descriptors, accept() fails and every stream that opens a
-    file fails with it (and asyncio logs each failed accept, thousands a second)."""
+    """limits.max_connections, or half the process's descriptors if that is fewer (the
+    soft limit raised to the hard one first): the other half is for streams, the
+    database, gRPC, model files and the bursts of connections that are closed a turn of
+    the event loop after they are accepted. Past the descriptors accept() fails, every
+    stream that opens a file fails with it, and asyncio logs each failed accept."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if hard == resource.RLIM_INFINITY:
         hard = 1 << 20
@@ -67,7 +66,7 @@ def connection_cap(wanted: int) -> int:
             soft = hard
         except (ValueError, OSError):
             pass
-    cap = min(wanted, max(16, soft - FD_RESERVE - BACKLOG))
+    cap = min(wanted, soft // 2)
     if cap < wanted:
         log.warning("limits.max_connections is %d, but this process may open %d files: at most %d connections",
                     wanted, soft, cap)

@@ -67,7 +67,7 @@ def test_a_flood_of_completions_is_bounded_and_leaves_with_its_clients(guarded, 
     statuses = out["statuses"]
     assert statuses.count(503) >= 50 and out["retry_after"] == ["1"], statuses
     assert statuses.count("gone") + statuses.count(200) >= 8  # the admitted ones ran until their clients left
-    assert slowest_list < 1.0, f"GET /v1/streams took {slowest_list:.2f} s"
+    assert slowest_list < 2.0, f"GET /v1/streams took {slowest_list:.2f} s"  # (once 74.5 s; /healthz is held to 1 s)
     assert emptied_s < 10
     w.held()
     still_serving(guarded)
@@ -87,4 +87,4 @@ def test_questions_are_bounded_too(guarded, api):
     statuses = json.loads(flood.stdout.read())["statuses"]
     assert len(statuses) == 40 and set(statuses) <= {200, 503}, statuses
     assert statuses.count(503) >= 40 - 8 - 4, statuses  # (a few may finish while the others arrive)
-    assert slowest_list < 1.0, f"GET /v1/streams took {slowest_list:.2f} s"
+    assert slowest_list < 2.0, f"GET /v1/streams took {slowest_list:.2f} s"  # (once 74.5 s; /healthz is held to 1 s)

@@ -127,5 +127,5 @@ def test_more_sockets_than_descriptors_leave_the_server_and_its_streams_alone(tm
         for s in socks:
             s.close()
         srv.stop()
-    assert "at most 256 connections" in srv.logs() and "Too many open files" not in srv.logs()
+    assert "at most 256 connections" in srv.logs() and "Too many open files" not in srv.logs()  # half of 512
 

@@ -20,8 +20,11 @@ AUTH = {"Authorization": f"Bearer {KEY}"}
 CAPTION_PROMPT = ("facts: view: person 2, car 1, bike 0 | cross: none | enter: none | leave: none\ncaption:")
 LIMITS = {"max_waiting_llm_requests": 8, "max_connections": 48, "header_timeout_s": 2, "idle_timeout_s": 2,
           "max_prompt_chars": 4000}
-APPS = [{"name": "people", "source": "a", "detector": "scenedet", "classes": ["person"], "slo_ms": 1500},
-        {"name": "vehicles", "source": "b", "detector": "scenedet", "classes": ["car", "bike"], "slo_ms": 1500},
+# within what two cores serve (two streams of every frame on the detector overload them:
+# that is issue 14's, not what these tests are about)
+APPS = [{"name": "people", "source": "a", "detector": "scenedet", "classes": ["person"], "fps": 5, "slo_ms": 1500},
+        {"name": "vehicles", "source": "b", "detector": "scenedet", "classes": ["car", "bike"], "fps": 5,
+         "slo_ms": 1500},
         {"name": "moving", "source": "a", "detector": "motion", "fps": 5, "slo_ms": 1000}]
 
 
