@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from vigil.service import Vigil
 
 DEFAULT_SLO_MS = 1000.0
+MAX_SLO_MS = 600_000.0  # as an app spec's slo_ms
 MAX_MESSAGE_BYTES = 64 << 20
 MIN_IMAGE_SIDE = 16  # smaller than any model's stride: nothing to detect in it
 
@@ -145,8 +146,8 @@ class VigilServicer(pb_grpc.VigilServicer):
 
     def _request(self, peer: str, spec: pb.ModelSpec, ref, image: np.ndarray, slo_ms: float, priority: int,
                  labels: Iterable[str], key=None) -> Request:
-        if slo_ms < 0 or not np.isfinite(slo_ms):
-            raise _Invalid(f"slo_ms must be >= 0; was {slo_ms}")
+        if not (0 <= slo_ms <= MAX_SLO_MS):  # (NaN fails this too)
+            raise _Invalid(f"slo_ms must be in [0, {MAX_SLO_MS:g}]; was {slo_ms}")
         return Request(f"grpc:{peer}", spec.name, image, self.engine.clock(), slo_ms or DEFAULT_SLO_MS, ref,
                        max(0, min(10, priority)), tuple(labels) or None, key)
 

@@ -40,6 +40,11 @@ def test_bad_sampling_beside_a_long_request_fails_alone(api):
     assert out["choices"][0]["finish_reason"] == "length" and out["usage"]["completion_tokens"] == 120
 
 
+# 100 clients, the flood's process and the server share two cores: /healthz is held to
+# 1 s elsewhere, and was once 74.5 s here
+FLOOD_HEALTH_S = 3.0
+
+
 def run_flood(server, path: str, n: int, timeout_s: float, body: dict) -> subprocess.Popen:
     """`support.flood` in a process of its own: its 100 threads must not slow the watch."""
     return subprocess.Popen([sys.executable, "-m", "support.flood", server.url, path, KEY, str(n), str(timeout_s),
@@ -67,9 +72,9 @@ def test_a_flood_of_completions_is_bounded_and_leaves_with_its_clients(guarded, 
     statuses = out["statuses"]
     assert statuses.count(503) >= 50 and out["retry_after"] == ["1"], statuses
     assert statuses.count("gone") + statuses.count(200) >= 8  # the admitted ones ran until their clients left
-    assert slowest_list < 2.0, f"GET /v1/streams took {slowest_list:.2f} s"  # (once 74.5 s; /healthz is held to 1 s)
+    assert slowest_list < 2.0, f"GET /v1/streams took {slowest_list:.2f} s"  # (once 74.5 s)
     assert emptied_s < 10
-    w.held()
+    w.held(max_health_s=FLOOD_HEALTH_S)
     still_serving(guarded)
 
 
@@ -87,4 +92,4 @@ def test_questions_are_bounded_too(guarded, api):
     statuses = json.loads(flood.stdout.read())["statuses"]
     assert len(statuses) == 40 and set(statuses) <= {200, 503}, statuses
     assert statuses.count(503) >= 40 - 8 - 4, statuses  # (a few may finish while the others arrive)
-    assert slowest_list < 2.0, f"GET /v1/streams took {slowest_list:.2f} s"  # (once 74.5 s; /healthz is held to 1 s)
+    assert slowest_list < 2.0, f"GET /v1/streams took {slowest_list:.2f} s"  # (once 74.5 s)

@@ -42,7 +42,8 @@ def test_predict_finds_the_objects_of_a_frame(server, frames):
     gt = [(o["xyxy"], o["class"]) for o in truth["frames"][i]["objects"] if o["class"] in ("car", "person", "bike")]
     assert gt, "the frame has objects"
     for raw in (False, True):
-        reply = client.predict("scenedet", images[i], version="stable", raw=raw)
+        # (a deadline the busiest CI box meets: the session also serves a full-rate stream)
+        reply = client.predict("scenedet", images[i], version="stable", raw=raw, slo_ms=20000)
         assert reply.model_spec.version == 1
         found = [((d.x0, d.y0, d.x1, d.y1), d.label) for d in reply.detections if d.confidence >= 0.3]
         matched = sum(any(iou(box, fb) > 0.5 and cls == fl for fb, fl in found) for box, cls in gt)
@@ -63,6 +64,10 @@ def test_predict_errors_have_status_codes(server, frames):
     with pytest.raises(grpc.RpcError) as err:
         client.stub.Predict(pb.PredictRequest(model_spec=pb.ModelSpec(name="scenedet"), image=bad))
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    for slo_ms in (float("inf"), float("nan"), 1e9, -1):
+        with pytest.raises(grpc.RpcError) as err:
+            client.predict("scenedet", frames[0][0], slo_ms=slo_ms)
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "slo_ms" in err.value.details()
     with pytest.raises(grpc.RpcError) as err:
         client.predict("scenedet", frames[0][0], version="nolabel")
     assert err.value.code() == grpc.StatusCode.NOT_FOUND
