@@ -112,6 +112,10 @@ class AppSpec(BaseModel):
         None, max_length=256, description="keep only these classes; all when omitted")
     fps: float | None = Field(None, gt=0, le=MAX_FPS, strict=True,
                               description="frames per second to analyse; every frame when omitted")
+    min_fps: float | None = Field(None, gt=0, le=MAX_FPS, strict=True,
+                                  description="under overload the server may lower this app's sampled rate down "
+                                              "to this many frames per second (at most fps) before its frames "
+                                              "are dropped; never lowered when omitted")
     min_confidence: float = Field(0.3, ge=0, le=1, strict=True)
     lines: dict[PartName, Line] = Field(default_factory=dict, max_length=64,
                                         json_schema_extra={"additionalProperties": False})

@@ -25,6 +25,7 @@ import numpy as np
 
 from engine.detections import Detections
 from engine.repository import ModelSpec, RepositoryError
+from engine.tracing import TracedModule
 
 log = logging.getLogger("vigil.engine")
 
@@ -298,28 +299,32 @@ def _torch_model(spec: ModelSpec, folder: Path, version: int, device: str) -> Lo
         extra = {"adapter": spec.adapter, **(_root_extra(spec) if parent is None else {})}
         digest = torch_hash(module, extra)
         module = module.to(device)
-        run = _inference(module)
+        run = _inference(module, f"{spec.name}/{name}")
         if parent is None and spec.input.kind == "image":
             run = image_input(spec, device, run)
         fragments[name] = Fragment(name, digest, parent, run, _torch_collate, _torch_split, module)
     return LoadedModel(spec, version, folder, device, fragments, random, image_preprocess(spec, device))
 
 
-def _inference(module):
+def _inference(module, name: str = ""):
+    """Calls `module` in inference mode; through TorchScript traces (`engine.tracing`),
+    which run with the GIL released, unless it is scripted already."""
     import torch
 
-    def run(batch):
-        with torch.inference_mode():
-            return module(batch)
+    if isinstance(module, torch.jit.ScriptModule):
+        def run(batch):
+            with torch.inference_mode():
+                return module(batch)
 
-    return run
+        return run
+    return TracedModule(module, name)
 
 
 def _single(spec: ModelSpec, folder: Path, version: int, device: str, module, digest: str,
             random: bool = False) -> LoadedModel:
     if spec.split:
         raise RepositoryError(f"{folder / 'model.yaml'}: split: {spec.adapter} models run as one fragment")
-    frag = Fragment("model", digest, None, image_input(spec, device, _inference(module)), _torch_collate,
+    frag = Fragment("model", digest, None, image_input(spec, device, _inference(module, spec.name)), _torch_collate,
                     _torch_split, module)
     return LoadedModel(spec, version, folder, device, {"model": frag}, random, image_preprocess(spec, device))
 

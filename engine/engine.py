@@ -11,7 +11,9 @@ same `input_key`, e.g. stream and frame id) subscribes to the same entry, so a s
 backbone runs once per frame for all the apps and models that contain it.
 
 The SLO is split over a path's stages in proportion to their profiled latency at
-batch 1; each stage's share sets that entry's deadline. Host work is kept off the
+batch 1; each stage's share sets that entry's deadline. A request that may not be
+dropped (an offline run's) has no deadline to schedule by: it waits its turn, and its
+latency is still measured against its SLO. Host work is kept off the
 device loop: preprocessing runs on the submitting thread, postprocessing on a pool.
 """
 
@@ -65,6 +67,9 @@ class Request:
     priority: int = 0
     labels: tuple[str, ...] | None = None  # which heads; all when None
     input_key: Hashable | None = None  # equal keys are the same input (computed once)
+    # False: never dropped for its deadline (an offline run, which waits instead);
+    # latency is still measured against slo_ms
+    may_drop: bool = True
 
 
 @dataclass
@@ -106,9 +111,11 @@ class _Entry:
     priority: int = 0
     slo_ms: float = float("inf")
     downstream: bool = False
+    flow: str = ""  # the first subscriber's app (fair shares between apps)
 
     def subscribe(self, state: _State, fragment: str) -> None:
         self.subscribers.append((state, fragment))
+        self.flow = self.flow or state.request.app
         deadline, budget = state.stage[fragment]
         self.deadline_ms = min(self.deadline_ms, deadline)
         self.budget_ms = min(self.budget_ms, budget)
@@ -335,7 +342,8 @@ class Engine:
             after = max((cumulative[leaf] - cumulative[name] for leaf in leaves
                          if name in model.path_to([leaf])), default=0.0)
             reserve = (2 * after + HANDOFF_MS + yielding) if after > 0 else 0.0
-            stages[name] = (final - reserve, req.slo_ms * own[name] / total)
+            deadline = final - reserve if req.may_drop else float("inf")
+            stages[name] = (deadline, req.slo_ms * own[name] / total)
         return stages
 
     def _key(self, request: Request) -> Hashable | None:
@@ -392,7 +400,7 @@ class Engine:
             if self._closing and not any(self._queues.values()):
                 return None, [], []
             items = {h: [WorkItem(e.item_id, e.arrival_ms, e.deadline_ms, e.budget_ms, e.priority, e.slo_ms,
-                                  e.downstream) for e in q]
+                                  e.downstream, e.flow) for e in q]
                      for h, q in self._queues.items() if q}
             profiles = {h: self._current_profile(h) for h in items}
             plan = self.policy.plan(items, profiles, self.clock()) if items else Plan()

@@ -2,7 +2,10 @@
 (`vigil_*`) and as a plain object the CLI and API read.
 
 SLO attainment = requests completed within their SLO / requests arrived; a dropped
-request counts as arrived and not completed.
+request counts as arrived and not completed. Latency percentiles come two ways:
+`latency_ms` over completed requests, and `latency_all_ms` over every arrival, where a
+dropped request counts as an infinite latency (a percentile that falls on drops reads
+"inf"): under overload the first stays near the SLO while the second shows the misses.
 """
 
 from __future__ import annotations
@@ -18,6 +21,19 @@ from prometheus_client import CollectorRegistry, Counter as PromCounter, Gauge, 
 LATENCY_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64)
 RECENT = 20000  # latencies kept per app for percentiles
+SHED_REASONS = ("deadline", "overloaded")  # engine drops that are load shed (not errors or missing models)
+
+
+def percentiles(values, qs=(50, 95, 99)) -> dict:
+    """{"p50": ..} of finite or infinite values; an infinite percentile reads "inf"."""
+    if not len(values):
+        return {f"p{q}": None for q in qs}
+    arr = np.sort(np.asarray(values, dtype=float))
+    out = {}
+    for q in qs:
+        v = float(np.percentile(arr, q, method="higher"))
+        out[f"p{q}"] = "inf" if v == float("inf") else round(v, 2)
+    return out
 
 
 @dataclass
@@ -28,6 +44,7 @@ class AppModelStats:
     skipped: int = 0
     dropped: Counter = field(default_factory=Counter)
     latencies_ms: deque = field(default_factory=lambda: deque(maxlen=RECENT))
+    outcomes_ms: deque = field(default_factory=lambda: deque(maxlen=RECENT))  # every arrival; inf: dropped
 
     def to_dict(self, slo_ms: float | None = None) -> dict:
         lat = np.array(self.latencies_ms) if self.latencies_ms else None
@@ -37,7 +54,7 @@ class AppModelStats:
                 "dropped": dict(self.dropped), "skipped": self.skipped,
                 "slo_attainment": round(self.within_slo / self.arrived, 4) if self.arrived else None,
                 "admitted_attainment": round(self.within_slo / admitted, 4) if admitted > 0 else None,
-                "latency_ms": pct}
+                "latency_ms": pct, "latency_all_ms": percentiles(self.outcomes_ms)}
 
 
 class MetricsListener(Protocol):
@@ -67,6 +84,9 @@ class EngineMetrics:
         self._batch = Histogram("vigil_batch_size", "Batch sizes run per fragment", ["model", "fragment"],
                                 buckets=BATCH_BUCKETS, registry=r)
         self.queue_depth = Gauge("vigil_queue_depth", "Items waiting per fragment session", ["session"], registry=r)
+        self._shed = PromCounter("vigil_app_shed", "An app's frames shed under load, by reason: deadline and "
+                                 "overloaded (dropped by the engine), rate (not sampled: its rate was lowered "
+                                 "toward min_fps)", ["app", "reason"], registry=r)
         self._skipped = PromCounter("vigil_frames_skipped", "Frames not sent for inference because they did not "
                                     "change (static-frame skipping)", ["app", "model"], registry=r)
         self._selected = Gauge("vigil_model_selected_version", "Version adaptive selection serves an app",
@@ -101,6 +121,7 @@ class EngineMetrics:
             s.completed += 1
             s.within_slo += within
             s.latencies_ms.append(latency_ms)
+            s.outcomes_ms.append(latency_ms)
         for listener in self.listeners:
             listener.completed(app, latency_ms, within)
         self._completed.labels(app, model, version).inc()
@@ -110,10 +131,19 @@ class EngineMetrics:
 
     def dropped(self, app: str, model: str, version: str, reason: str) -> None:
         with self._lock:
-            self._stats(app, model, version).dropped[reason] += 1
+            s = self._stats(app, model, version)
+            s.dropped[reason] += 1
+            s.outcomes_ms.append(float("inf"))
         for listener in self.listeners:
             listener.dropped(app, reason)
         self._dropped.labels(app, model, version, reason).inc()
+        if reason in SHED_REASONS:
+            self._shed.labels(app, reason).inc()
+
+    def shed(self, app: str, reason: str, n: int = 1) -> None:
+        """Frames shed before they became requests (load control)."""
+        if n > 0:
+            self._shed.labels(app, reason).inc(n)
 
     def selection(self, app: str, model: str, version: int) -> None:
         self._selected.labels(app, model).set(version)
@@ -142,6 +172,7 @@ class EngineMetrics:
                 merged.skipped += s.skipped
                 merged.dropped.update(s.dropped)
                 merged.latencies_ms.extend(s.latencies_ms)
+                merged.outcomes_ms.extend(s.outcomes_ms)
             return merged.to_dict()
 
     def batch_histograms(self) -> dict[str, dict[str, int]]:

@@ -9,12 +9,17 @@ tensor and reads no clock; tests drive it with constructed queues and a number f
 Policies:
 - `nexus` (Nexus, SOSP 2019): sessions by priority, then later stages before first
   stages (device work already spent is not wasted), then earliest deadline. Within a
-  session items are taken by priority, then deadline. The planned batch B is the
-  largest whose latency fits twice into the tightest stage budget queued (a request
-  may wait one batch, then run in the next). Early drop: slide a window of B along
-  the queue and drop the items ahead of the first window whose earliest deadline
-  leaves room for the whole window; then grow the batch to the largest size that
-  still meets the earliest deadline in it. A lower-priority batch is capped so it
+  session (one model shared by several apps) items keep their own priority and
+  deadline: they are taken by priority, then deadline, and of items due at about the
+  same time the app served least goes first. The planned batch B is the largest whose
+  latency fits twice into the tightest stage budget queued (a request may wait one
+  batch, then run in the next). Early drop, within the highest priority that can
+  run: slide a window of B along its items and drop those ahead of the first window
+  whose earliest deadline leaves room for the whole window; grow the batch to the
+  largest size that still meets the earliest deadline in it, and fill it up to B
+  with lower-priority items it can still serve. Lower priorities are never dropped
+  for a higher one's window; they wait, and go when they would miss even alone, so
+  under overload the lowest priority is shed first. A lower-priority batch is capped so it
   never keeps the device longer than `BLOCK_SHARE` of the tightest higher-priority
   SLO seen: a higher-priority request waits at most one such fragment (preemption
   happens between fragments). While another session has work to run, a batch smaller
@@ -39,6 +44,8 @@ POLICIES = ("nexus", "tfs", "clipper", "nobatch")
 # busy (the preemption bound); the engine reserves as much for later stages of
 # lower-priority requests.
 BLOCK_SHARE = 0.2
+FAIRNESS_ALPHA = 0.02  # weight of one outcome in a flow's served share
+MAX_FLOWS = 4096
 
 
 @dataclass(frozen=True)
@@ -50,6 +57,7 @@ class WorkItem:
     priority: int = 0
     slo_ms: float = float("inf")  # the whole request's SLO (the tightest, for a shared item)
     downstream: bool = False  # a later stage: device work was already spent on it
+    flow: str = ""  # whose it is (the app): equal items of different flows share misses evenly
 
 
 @dataclass(frozen=True)
@@ -83,6 +91,9 @@ class NexusPolicy:
     defer_safety: float = 0.15  # of the SLO kept in hand when a batch waits to its latest start
     # priority -> tightest SLO seen, kept across plans (updated by `observe`)
     slo_by_priority: dict[int, float] = field(default_factory=dict)
+    # flow -> share of its recent items that were run rather than dropped (EWMA): of
+    # items due at about the same time, the flow served least goes first
+    served: dict[str, float] = field(default_factory=dict)
 
     def observe(self, item: WorkItem) -> None:
         """Remember the tightest SLO per priority, to bound lower-priority batches."""
@@ -99,7 +110,9 @@ class NexusPolicy:
             if queue:
                 for item in queue:
                     self.observe(item)
-                items = sorted(queue, key=lambda w: (-w.priority, w.deadline_ms, w.arrival_ms))
+                tie_ms = profiles[session].latency_ms(1)
+                items = sorted(queue, key=lambda w: (-w.priority, w.deadline_ms // tie_ms,
+                                                     self.served.get(w.flow, 1.0), w.deadline_ms, w.arrival_ms))
                 batch, ahead, planned = self._window(items, profiles[session], now_ms)
                 wake = self._defer_until(batch, planned, profiles[session], now_ms)
                 candidates.append([session, items, batch, ahead, wake])
@@ -115,14 +128,27 @@ class NexusPolicy:
         for session, items, batch, ahead, wake in candidates:
             if (best is not None and session == best[0]) or wake is not None:
                 dropped += [(w.item_id, "deadline") for w in ahead]
+                chosen = {w.item_id for w in batch} | {w.item_id for w in ahead}
+                dropped += self._certain_misses([w for w in items if w.item_id not in chosen], profiles[session],
+                                                now_ms)
             elif not batch:
                 dropped += [(w.item_id, "deadline") for w in items]
             else:  # stays queued: drop only what misses even alone, even now
                 dropped += self._certain_misses(items, profiles[session], now_ms)
+        flows = {w.item_id: w.flow for c in candidates for w in c[1]}
+        self._account([flows[i] for i, _ in dropped], 0.0)
+        if best is not None:
+            self._account([w.flow for w in best[2]], 1.0)
         wakes = [c[4] for c in candidates if c[4] is not None]
         if best is None:
             return Plan(dropped=tuple(dropped), wait_until_ms=min(wakes, default=None))
         return Plan(best[0], tuple(w.item_id for w in best[2]), tuple(dropped))
+
+    def _account(self, flows: list[str], outcome: float) -> None:
+        if len(self.served) > MAX_FLOWS:  # flows come and go (gRPC peers): forget them all now and then
+            self.served.clear()
+        for flow in flows:
+            self.served[flow] = (1 - FAIRNESS_ALPHA) * self.served.get(flow, 1.0) + FAIRNESS_ALPHA * outcome
 
     def _defer_until(self, batch: list[WorkItem], planned: int, profile: Profile, now_ms: float) -> float | None:
         """A batch smaller than planned may wait until the latest start its deadline
@@ -143,23 +169,55 @@ class NexusPolicy:
 
     def _window(self, items: list[WorkItem], profile: Profile,
                 now_ms: float) -> tuple[list[WorkItem], list[WorkItem], int]:
-        """(batch, items ahead of it to drop, planned size); an empty batch means nothing
-        can make it."""
+        """(batch, items to drop now, planned size); an empty batch means nothing can make
+        it. `items` come priority first, then deadline. The batch comes from the highest
+        priority class that can meet a deadline: Nexus's window slides along that class
+        in deadline order, dropping its own items ahead of the first window that fits,
+        and grows to the largest size that still meets the earliest deadline in it.
+        Lower classes then fill it, up to the planned size and lengthening it by at
+        most `block_share` of its SLO, with items whose deadlines it meets. A lower
+        class is never dropped for a higher one's window: its items wait, and go when
+        they would miss even alone (`_certain_misses`), so under overload the lowest
+        priority is shed first."""
         tightest = min(w.budget_ms for w in items)
         planned = max(1, profile.largest_batch_within(tightest / 2, sigmas=self.sigmas))
         cap = self._priority_cap(items, profile)
+        limit = min(cap, profile.max_batch)
+        hopeless: list[WorkItem] = []
+        for start, end in _classes(items):
+            batch, ahead = self._class_window(items[start:end], profile, now_ms, min(planned, cap), limit)
+            hopeless += ahead
+            if batch:
+                fill_to = min(limit, max(len(batch), planned))
+                earliest = min(w.deadline_ms for w in batch)
+                # lower priorities may lengthen this batch by what one of their own
+                # batches could keep the device anyway (`block_share` of its SLO)
+                longest = profile.latency_ms(len(batch), self.sigmas) + \
+                    self.block_share * min(w.slo_ms for w in batch)
+                for w in items[end:]:
+                    if len(batch) >= fill_to or profile.latency_ms(len(batch) + 1, self.sigmas) > longest:
+                        break
+                    if profile.latency_ms(len(batch) + 1, self.sigmas) <= min(earliest, w.deadline_ms) - now_ms:
+                        batch.append(w)
+                        earliest = min(earliest, w.deadline_ms)
+                return batch, hopeless, min(planned, cap)
+        return [], items, min(planned, cap)
+
+    def _class_window(self, items: list[WorkItem], profile: Profile, now_ms: float, window: int,
+                      limit: int) -> tuple[list[WorkItem], list[WorkItem]]:
+        """Nexus's early drop over items of one priority, in deadline order: (batch, the
+        items ahead of it)."""
         for i in range(len(items)):
-            window = min(planned, len(items) - i, cap)
-            earliest = min(w.deadline_ms for w in items[i:i + window])
-            if profile.latency_ms(window, self.sigmas) <= earliest - now_ms:
-                size = window  # grow while the batch still meets its earliest deadline
-                while size < min(len(items) - i, cap, profile.max_batch):
+            size = min(window, len(items) - i)
+            earliest = min(w.deadline_ms for w in items[i:i + size])
+            if profile.latency_ms(size, self.sigmas) <= earliest - now_ms:
+                while size < min(len(items) - i, limit):  # grow while it still meets its earliest deadline
                     earliest = min(earliest, items[i + size].deadline_ms)
                     if profile.latency_ms(size + 1, self.sigmas) > earliest - now_ms:
                         break
                     size += 1
-                return items[i:i + size], items[:i], min(planned, cap)
-        return [], items, min(planned, cap)
+                return list(items[i:i + size]), list(items[:i])
+        return [], list(items)
 
     def _priority_cap(self, items: list[WorkItem], profile: Profile) -> int:
         """Largest batch that blocks the device for at most `block_share` of the tightest
@@ -174,6 +232,16 @@ class NexusPolicy:
         """Items that miss their deadline even alone, now (they can only do worse later)."""
         alone = profile.latency_ms(1, self.sigmas)
         return [(w.item_id, "deadline") for w in items if w.deadline_ms - now_ms < alone]
+
+
+def _classes(items: Sequence[WorkItem]) -> list[tuple[int, int]]:
+    """(start, end) of each run of equal priority in `items` (sorted priority first)."""
+    bounds, start = [], 0
+    for i in range(1, len(items) + 1):
+        if i == len(items) or items[i].priority != items[start].priority:
+            bounds.append((start, i))
+            start = i
+    return bounds
 
 
 @dataclass

@@ -85,6 +85,16 @@ class FrameSampler:
         self.period_ms = None if fps is None else 1000.0 / fps
         self.next_due_ms: float | None = None
 
+    @property
+    def fps(self) -> float | None:
+        return None if self.period_ms is None else 1000.0 / self.period_ms
+
+    def set_fps(self, fps: float) -> None:
+        """A new rate from the next due frame on (load control lowers and restores it)."""
+        if not (0 < fps <= MAX_FPS):
+            raise ValueError(f"fps must be in (0, {MAX_FPS}]; was {fps}")
+        self.period_ms = 1000.0 / fps
+
     def wants(self, pts_ms: float) -> bool:
         if self.period_ms is None:
             return True

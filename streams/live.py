@@ -31,6 +31,7 @@ import av
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from streams.blocks import FrameSampler
 from streams.frames import Frame
 from streams.numbers import json_int
 from streams.source import SourceError, SourceOptions, is_transient, monotonic_ms, open_source
@@ -66,6 +67,7 @@ class StreamStats:
     last_error: str | None = None
     frames_decoded: int = 0
     frames_dropped: int = 0  # dropped from a full live buffer (oldest first)
+    frames_skipped: int = 0  # decoded but not delivered: no app samples them (its demand)
     decode_errors: int = 0
     reconnects: int = 0
     gaps: int = 0
@@ -109,7 +111,30 @@ class ManagedStream:
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name=f"stream-{name}", daemon=True)
         self._next_frame_id = 0
-        self._start_ms = start_ms
+        self._pass_start_ms = start_ms  # a file's stream time at the start of its next pass
+        self._demand_fps: float | None = None  # the most frames per second any consumer samples
+        self._demand: FrameSampler | None = None  # this session's filter at that rate
+
+    def set_demand(self, fps: float | None) -> None:
+        """The highest rate the stream's apps sample (None: every frame). Frames beyond
+        it are decoded, as the codec needs, but not converted to RGB nor delivered: a
+        frame no app will analyse costs no more than its decode."""
+        self._demand_fps = fps
+        sampler = self._demand
+        if sampler is not None and fps is not None:
+            sampler.set_fps(fps)
+        elif (sampler is None) != (fps is None):
+            self._demand = None if fps is None else FrameSampler(fps)
+
+    def _wanted(self, pts_ms: float) -> bool:
+        sampler = self._demand
+        if sampler is None:
+            return True
+        wanted = sampler.wants(pts_ms)
+        if not wanted:
+            with self._lock:
+                self.stats.frames_skipped += 1
+        return wanted
 
     def start(self) -> "ManagedStream":
         self._thread.start()
@@ -263,6 +288,8 @@ class ManagedStream:
                             self.stats.decode_errors += 1
                         continue
                     for f in decoded:
+                        if f.time is not None and not self._wanted(float(f.time) * 1000.0):
+                            continue
                         image = f.to_ndarray(format="rgb24")
                         if self.stats.height != image.shape[0] or self.stats.width != image.shape[1]:
                             self._set(width=image.shape[1], height=image.shape[0])
@@ -274,23 +301,29 @@ class ManagedStream:
 
     def _file_session(self) -> Iterator[Frame]:
         src = open_source(self.url, self.name, SourceOptions(max_buffer_frames=4), clock=self.clock)
+        # a new pass over the file starts its times again: a new filter at the same rate
+        self._demand = None if self._demand_fps is None else FrameSampler(self._demand_fps)
+        src.keep = self._wanted
         info = src.info
         self._set(width=info.width, height=info.height, fps=info.fps)
         frame_ms = 1000.0 / info.fps if info.fps > 0 else 0.0
         start_clock = self.clock()
-        offset_ms = self._start_ms + self._next_frame_id * frame_ms  # a looped file's time keeps rising
+        offset_ms = self._pass_start_ms  # a looped file's time keeps rising
+        first_pts = None
         try:
-            for i, f in enumerate(src.frames()):
+            for f in src.frames():
                 if self._stop.is_set():
                     return
+                first_pts = f.pts_ms if first_pts is None else first_pts
                 if self.options.realtime and frame_ms:
-                    delay = start_clock + i * frame_ms - self.clock()
+                    delay = start_clock + (f.pts_ms - first_pts) - self.clock()
                     if delay > 0:
                         self._stop.wait(delay / 1000.0)
                     elif delay < -1000.0:  # held up (back-pressure): go on from now, no burst
                         start_clock -= delay
                 yield self._frame(offset_ms + f.pts_ms, f.image)
         finally:
+            self._pass_start_ms = offset_ms + (src.frames_decoded + src.frames_skipped) * frame_ms
             src.close()
 
     def _frame(self, pts_ms: float, image: np.ndarray) -> Frame:

@@ -106,6 +106,10 @@ class ThreadedSource:
         self._buffer: queue.Queue = queue.Queue(maxsize=options.max_buffer_frames)
         self._closed = threading.Event()
         self._thread: threading.Thread | None = None
+        # pts_ms -> whether the frame is wanted: one that is not is decoded (the codec
+        # needs it) but never converted to RGB nor delivered (a stream's demand, below)
+        self.keep: Callable[[float], bool] | None = None
+        self.frames_skipped = 0
 
     def _decode(self) -> Iterator[tuple[float, np.ndarray]]:
         """Yields (pts_ms, [H, W, 3] uint8 RGB); raises SourceError on failure."""
@@ -202,6 +206,9 @@ class FileSource(ThreadedSource):
                     pts_ms = float(frame.time * 1000.0) if frame.time is not None else count * 1000.0 / self.info.fps
                     last_pts_ms = pts_ms
                     count += 1
+                    if self.keep is not None and not self.keep(pts_ms):
+                        self.frames_skipped += 1
+                        continue
                     yield pts_ms, frame.to_ndarray(format="rgb24")
             expected = self.info.expected_frames
             if expected and count < expected - 1:

@@ -27,7 +27,7 @@ def _run(args: argparse.Namespace) -> int:
         options = RunOptions(out_dir=args.out, video=not args.no_video, max_frames=args.max_frames,
                              device=args.device, block_frames=args.block_frames,
                              progress=sys.stderr.isatty() and not args.quiet, repository=args.models,
-                             policy=args.policy)
+                             policy=args.policy, realtime=args.realtime)
         summary = run_offline(args.source, specs, options)
     except (RunError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -81,6 +81,19 @@ def _bench(args: argparse.Namespace) -> int:
             print(f"error: {exc}", file=sys.stderr)
             return 1
         print(format_llm_report(result), file=sys.stderr)
+    elif args.target == "serve":
+        from bench.serve import ServeBenchOptions, format_serve_report, run_serve_bench
+        from engine.device import resolve_device
+
+        try:
+            options = ServeBenchOptions(device=resolve_device(args.device),
+                                        **({"counts": (1, 4, 16), "warmup_s": 10.0, "window_s": 20.0,
+                                            "bound_s": 8.0} if args.quick else {}))
+            result = run_serve_bench(options, log=lambda m: print(m, file=sys.stderr, flush=True))
+        except (ValueError, RuntimeError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+        print(format_serve_report(result), file=sys.stderr)
     else:  # argparse restricts the choices
         raise AssertionError(args.target)
     text = json.dumps(result, indent=2)
@@ -306,21 +319,26 @@ def build_parser() -> argparse.ArgumentParser:
                      help="model repository (default: configs/models)")
     run.add_argument("--policy", default="nexus", choices=["nexus", "tfs", "clipper", "nobatch"],
                      help="engine scheduling policy (default: nexus)")
+    run.add_argument("--realtime", action="store_true",
+                     help="pace the file like a live camera and drop frames that miss their deadline (default: "
+                          "analyse every sampled frame, so results never depend on the machine's speed)")
     run.add_argument("-q", "--quiet", action="store_true", help="no progress bar or table")
     run.set_defaults(func=_run)
 
     bench = sub.add_parser("bench", help="side-by-side benchmarks, reported as ratios",
                            description="Benchmarks that time Vigil against baselines in one run.")
-    bench.add_argument("target", choices=["ingest", "engine", "llm"],
+    bench.add_argument("target", choices=["ingest", "engine", "llm", "serve"],
                        help="ingest: vigil run vs a plain decode+detect loop; engine: scheduling policies and peers; "
-                            "llm: iteration-level vs static and request-level batching")
+                            "llm: iteration-level vs static and request-level batching; serve: `vigil serve` with "
+                            "1 to 16 cameras sharing a model, beside the engine alone")
     bench.add_argument("--json", type=Path, metavar="FILE", help="also write the result here")
     bench.add_argument("--source", default="sample_videos/street_a.mp4", help="clip to use")
     bench.add_argument("--detector", default="scenedet", help="detector for both sides")
     bench.add_argument("--repeats", type=int, default=3, help="alternating repeats; medians are reported")
     bench.add_argument("--max-frames", type=int, default=None, metavar="N", help="frames per repeat")
     bench.add_argument("--device", default="auto", help="auto | cpu | cuda (default: auto)")
-    bench.add_argument("--quick", action="store_true", help="engine: shorter trials (under 5 minutes on 2 cores)")
+    bench.add_argument("--quick", action="store_true", help="engine: shorter trials (under 5 minutes on 2 cores); "
+                       "serve: N = 1, 4, 16 and shorter windows")
     bench.add_argument("--scenario", action="append", metavar="NAME",
                        help="engine: run only these (single, shared_backbone, overload, swap)")
     bench.add_argument("--no-ray", action="store_true", help="engine: skip the Ray Serve peer")

@@ -251,9 +251,9 @@ class GrpcClient:
         return pb.ModelSpec(name=name)
 
     def predict(self, model: str, rgb: np.ndarray, version: int | str | None = None, slo_ms: float = 0.0,
-                raw: bool = False) -> pb.PredictResponse:
+                raw: bool = False, priority: int = 0) -> pb.PredictResponse:
         return self.stub.Predict(pb.PredictRequest(model_spec=self.model_spec(model, version),
-                                                   image=encode_image(rgb, raw), slo_ms=slo_ms),
+                                                   image=encode_image(rgb, raw), slo_ms=slo_ms, priority=priority),
                                  metadata=self.metadata, timeout=self.timeout_s)
 
     def stream_blocks(self, blocks: Iterable[pb.Block]) -> Iterator[pb.BlockResult]:

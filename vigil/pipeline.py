@@ -27,6 +27,7 @@ from apps.skipping import StaticFrameFilter
 from apps.spec import AppSpec
 from engine.detections import Detections
 from engine.engine import Dropped, Engine, Request
+from engine.metrics import SHED_REASONS
 from engine.repository import RepositoryError
 from streams import FrameBlock, FrameSampler
 
@@ -47,6 +48,8 @@ class AppRunner:
     # the latest observed block: frames with a result, and why the others were dropped (reason -> detail)
     block_results: int = 0
     block_drops: dict[str, str] = field(default_factory=dict)
+    block_shed: int = 0  # frames of the latest block the engine shed (deadline, overloaded)
+    rate_shed: float = 0.0  # frames not sampled since load control lowered the rate, not yet counted
 
 
 OnError = Callable[[AppRunner, Exception], None]
@@ -112,7 +115,9 @@ def _guarded(on_error: OnError | None, runner: AppRunner, work: Callable, *args)
 
 
 def submit_block(block: FrameBlock, runners: list[AppRunner], engine: Engine, clock: Callable[[], float],
-                 on_error: OnError | None = None) -> InFlight:
+                 on_error: OnError | None = None, exact: bool = False) -> InFlight:
+    """`exact`: every sampled frame is analysed, however late (an offline run); otherwise
+    the engine drops what cannot meet its deadline."""
     flight = InFlight(block, {r.app.name: block.select(r.sampler.mask(block)) for r in runners})
     requests, owners = [], []
     for r in runners:
@@ -140,7 +145,7 @@ def submit_block(block: FrameBlock, runners: list[AppRunner], engine: Engine, cl
             requests.append(Request(spec.name, spec.detector, sub.pixels[i], float(sub.capture_ms[i]), spec.slo_ms,
                                     version, spec.priority,
                                     tuple(spec.classes) if spec.classes is not None else None,
-                                    (sub.stream_id, int(sub.frame_ids[i]))))
+                                    (sub.stream_id, int(sub.frame_ids[i])), may_drop=not exact))
             owners.append((spec.name, len(slots)))
             slots.append(None)
     for (name, slot), fut in zip(owners, engine.submit_many(requests)):
@@ -155,7 +160,7 @@ def observe_block(flight: InFlight, runners: list[AppRunner], engine: Engine,
     per_frame: dict[str, dict[int, Detections]] = {}
     for r in runners:
         sub = flight.picks[r.app.name]
-        r.block_results, r.block_drops = 0, {}
+        r.block_results, r.block_drops, r.block_shed = 0, {}, 0
         results = _guarded(on_error, r, _observe, r, sub, flight, emit) if len(sub) else None
         if results is not None:
             per_frame[r.app.name] = results
@@ -182,6 +187,7 @@ def _observe(r: AppRunner, sub: FrameBlock, flight: InFlight,
                 keep[i] = True
             except Dropped as exc:  # counted by the engine; the tracker coasts over the gap
                 r.block_drops[exc.reason] = str(exc)
+                r.block_shed += exc.reason in SHED_REASONS
     r.block_results = int(keep.sum())
     events, results = r.app.observe(sub.select(keep), dets)
     emit(events)

@@ -34,6 +34,7 @@ from llm.serving import load_llm
 from streams.live import ManagedStream, StreamOptions
 from streams.source import monotonic_ms
 from streams.urls import NoSuchFile, NotAllowed, check_url, is_live_url, redact_url
+from vigil.load import LoadGovernor
 from vigil.rollups import Rollups
 from vigil.settings import Settings
 from vigil.storage import EventQuery, Storage, StorageFull
@@ -97,6 +98,7 @@ class Vigil:
         self.engine = Engine(self.repository, self.device, policy=settings.policy, clock=clock)
         self.rollups = Rollups(settings.rollup_interval_s, wall_s)
         self.engine.metrics.listeners.append(self.rollups)
+        self.load = LoadGovernor()  # every stream's apps under one view of the shared engine
         self.llm_metrics = LLMMetrics(self.engine.metrics.registry)
         self.llm = None  # the LLM engine, loaded by start()
         self._facts: dict[str, FactsCollector] = {}
@@ -298,7 +300,8 @@ class Vigil:
             start_ms = 0.0 if last is None else (math.floor(last / 1000.0) + 1) * 1000.0
         stream = ManagedStream(name, opened, opts, clock=self.clock, start_ms=start_ms, shown_url=given)
         worker = StreamWorker(stream, self.engine, lambda events: self._store_events(events, run),
-                              self.settings.block_frames, self.settings.block_ms, self.clock, on_block=self._on_block)
+                              self.settings.block_frames, self.settings.block_ms, self.clock, on_block=self._on_block,
+                              governor=self.load)
         self.workers[name] = worker.start()
 
     def _store_events(self, events: list[Event], run: int) -> None:
@@ -314,6 +317,7 @@ class Vigil:
                 "frames_decoded": s["frames_decoded"], "frames_dropped": s["frames_dropped"],
                 "reconnects": s["reconnects"], "gaps": s["gaps"], "last_gap_ms": s["last_gap_ms"],
                 "decode_errors": s["decode_errors"], "live": s["live"], "apps": worker.app_names(),
+                "overloaded": any(self.load.state(a)["overloaded"] for a in worker.app_names()),
                 "options": worker.stream.options.model_dump()}
 
     def streams(self) -> list[dict]:
@@ -387,6 +391,7 @@ class Vigil:
         return {"name": name, "spec": spec.model_dump(mode="json"),
                 "status": status.status if status else "failed",
                 "error": self.shown(status.error) if status else "its stream is gone",
+                "load": self.load.state(name),
                 "counts": worker.app_counts(name) if worker else None}
 
     def list_apps(self) -> list[dict]:
@@ -420,6 +425,7 @@ class Vigil:
         if worker:
             worker.remove_app(name)
         self.rollups.forget(name)
+        self.load.forget(name)
 
     def app_metrics(self, name: str) -> dict:
         with self._lock:
@@ -433,8 +439,10 @@ class Vigil:
         batches = self.engine.metrics.batch_histograms()
         return {"app": name, "slo_ms": spec.slo_ms, "slo_attainment": total["slo_attainment"],
                 "slo_attainment_1m": minute["slo_attainment"], "slo_attainment_1h": hour["slo_attainment"],
-                "latency_ms": total["latency_ms"], "throughput_fps": minute["throughput_fps"],
-                "arrived": total["arrived"], "completed": total["completed"], "skipped": total["skipped"],
+                "latency_ms": total["latency_ms"], "latency_all_ms": total["latency_all_ms"],
+                "throughput_fps": minute["throughput_fps"], "load": self.load.state(name),
+                "arrived": total["arrived"], "completed": total["completed"], "within_slo": total["within_slo"],
+                "skipped": total["skipped"],
                 "dropped": total["dropped"],
                 "batch_size": {k: v for k, v in batches.items() if k.startswith(f"{spec.detector}/")}}
 
@@ -536,7 +544,8 @@ class Vigil:
             apps.append({"name": a["name"], "status": a["status"], "error": a["error"],
                          "detector": a["spec"]["detector"], "slo_ms": m["slo_ms"],
                          "attainment_1m": m["slo_attainment_1m"], "attainment_1h": m["slo_attainment_1h"],
-                         "latency_ms": m["latency_ms"], "throughput_fps": m["throughput_fps"],
+                         "latency_ms": m["latency_ms"], "latency_all_ms": m["latency_all_ms"], "load": m["load"],
+                         "throughput_fps": m["throughput_fps"],
                          "dropped": m["dropped"], "batch_size": m["batch_size"], "counts": a["counts"],
                          "streams": [{k: s[k] for k in ("name", "status", "last_error", "reconnects",
                                                          "frames_decoded", "frames_dropped")} for s in streams]})

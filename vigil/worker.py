@@ -7,6 +7,8 @@ app that cannot start (its model fails to load), or that raises while it runs, g
 status `failed` with the error, and the stream's other apps go on. An app whose every
 frame of a block was dropped because its model is not there (unloaded) is `degraded`
 with the reason until frames come back. Blocks are pipelined two deep, as offline.
+After each block the load governor (`vigil.load`) hears what was shed, and an app
+with `min_fps` samples at the rate it gives back.
 
 The latest annotated frame of each app is kept as JPEG (at most one a second) for the
 dashboard.
@@ -31,6 +33,7 @@ from engine.engine import Engine
 from streams import FrameBlock
 from streams.blocks import BlockCutter, FrameSampler
 from streams.live import ManagedStream
+from vigil.load import LoadGovernor
 from vigil.pipeline import AppRunner, InFlight, RunError, build_runners, observe_block, submit_block
 from vigil.storage import StorageFull
 
@@ -49,8 +52,10 @@ class AppStatus:
 class StreamWorker:
     def __init__(self, stream: ManagedStream, engine: Engine, emit: Callable[[list[Event]], None],
                  block_frames: int, block_ms: float, clock: Callable[[], float],
-                 on_block: Callable[[str, float, list[dict], dict[str, dict[str, int]]], None] | None = None) -> None:
+                 on_block: Callable[[str, float, list[dict], dict[str, dict[str, int]]], None] | None = None,
+                 governor: LoadGovernor | None = None) -> None:
         self.stream = stream
+        self.governor = governor or LoadGovernor()
         self.engine = engine
         self.emit = emit
         self.on_block = on_block  # (stream, t_ms, events, app -> class -> in view): scene facts for captions
@@ -144,8 +149,11 @@ class StreamWorker:
         self._block_events = []
         runners = [r for r in runners if self._runners.get(r.app.name) is r]  # not those failed since
         per_frame = observe_block(flight, runners, self.engine, self._emit, self._app_failed)
+        span_s = self._span_s(flight.block)
         for r in runners:
             self._health(r)
+            self._govern(r, len(flight.picks[r.app.name]), span_s)
+        self.stream.set_demand(self._demand(runners))
         self._snapshot(flight.block, runners, per_frame)
         if self.on_block is not None:
             in_view = {}
@@ -179,6 +187,32 @@ class StreamWorker:
             log.info("app %s on stream %s gets results again", name, self.name)
             self._set_status(name, "running")
 
+    def _span_s(self, block: FrameBlock) -> float:
+        """Stream time a block covers (its last frame's period included)."""
+        period_ms = 1000.0 / (self.stream.stats.fps or 15.0)
+        return (float(block.pts_ms[-1] - block.pts_ms[0]) + period_ms) / 1000.0
+
+    def _govern(self, runner: AppRunner, sampled: int, span_s: float) -> None:
+        """Report the block's shed frames; an app with min_fps samples at the rate the
+        governor gives back, and the frames it no longer samples are counted as shed."""
+        spec = runner.app.spec
+        if runner.host is not None:
+            return  # host detectors run beside the engine: nothing of theirs is shed
+        full = spec.fps or self.stream.stats.fps or 15.0
+        rate = self.governor.report(spec.name, spec.priority, full, spec.min_fps, sampled, runner.block_shed)
+        if spec.min_fps is not None:
+            runner.sampler.set_fps(rate)
+            runner.rate_shed += (full - rate) * span_s
+            whole = int(runner.rate_shed)
+            runner.rate_shed -= whole
+            self.engine.metrics.shed(spec.name, "rate", whole)
+
+    @staticmethod
+    def _demand(runners: list[AppRunner]) -> float | None:
+        """The most frames per second any app samples now (None: every frame)."""
+        rates = [r.sampler.fps for r in runners]
+        return None if not rates or None in rates else max(rates)
+
     def _emit(self, events: list[Event]) -> None:
         self._block_events += events
         if events:
@@ -205,7 +239,7 @@ class StreamWorker:
                 if runner.app.spec != spec:
                     try:
                         runner.app.reconfigure(spec)
-                        runner.sampler = FrameSampler(spec.fps)
+                        runner.sampler, runner.rate_shed = FrameSampler(spec.fps), 0.0
                     except Exception as exc:  # this app only
                         self._app_failed(runner, exc)
                 continue

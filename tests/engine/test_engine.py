@@ -20,11 +20,15 @@ def request(model="m", app="app", key=None, version=None, slo_ms=10_000.0, label
 
 
 def count_calls(engine: Engine) -> Counter:
-    """Items run per fragment session (model/fragment label -> count), via forward hooks."""
+    """Items run per fragment session (model/fragment label -> count), counted where the
+    engine runs a fragment (a module's own hooks would also see the tracing)."""
     calls: Counter = Counter()
     for info in engine.manager.sessions.values():
-        info.fragment.module.register_forward_hook(
-            lambda mod, inp, out, label=info.label: calls.update({label: inp[0].shape[0]}))
+        def counted(batch, run=info.fragment.run, label=info.label):
+            calls.update({label: len(batch)})
+            return run(batch)
+
+        info.fragment.run = counted
     return calls
 
 

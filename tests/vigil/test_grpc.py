@@ -42,8 +42,9 @@ def test_predict_finds_the_objects_of_a_frame(server, frames):
     gt = [(o["xyxy"], o["class"]) for o in truth["frames"][i]["objects"] if o["class"] in ("car", "person", "bike")]
     assert gt, "the frame has objects"
     for raw in (False, True):
-        # (a deadline the busiest CI box meets: the session also serves a full-rate stream)
-        reply = client.predict("scenedet", images[i], version="stable", raw=raw, slo_ms=20000)
+        # ahead of the full-rate stream the server also runs (on a busy machine it overloads
+        # two cores, and earliest-deadline-first would serve a long SLO only at its end)
+        reply = client.predict("scenedet", images[i], version="stable", raw=raw, slo_ms=5000, priority=10)
         assert reply.model_spec.version == 1
         found = [((d.x0, d.y0, d.x1, d.y1), d.label) for d in reply.detections if d.confidence >= 0.3]
         matched = sum(any(iou(box, fb) > 0.5 and cls == fl for fb, fl in found) for box, cls in gt)

@@ -1,18 +1,23 @@
 // Live cards over server-sent events from /v1/overview/stream.
 const pct = (x) => (x === null || x === undefined ? "–" : (100 * x).toFixed(1) + "%");
-const ms = (x) => (x === null || x === undefined ? "–" : x.toFixed(0) + " ms");
+const ms = (x) => (x === null || x === undefined ? "–" : x === "inf" ? "∞ (drops)" : x.toFixed(0) + " ms");
 const esc = (s) => String(s ?? "").replace(/[&<>"]/g, (c) => ({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;"}[c]));
 
 function card(a) {
   const att = a.attainment_1m;
   // an app that is not running (failed, or degraded: its frames are dropped) is red whatever its last numbers
   const down = a.status === "failed" || a.status === "degraded";
-  const cls = down ? "bad" : att === null ? "" : att >= 0.99 ? "" : att >= 0.9 ? "miss" : "bad";
+  const overloaded = a.load && a.load.overloaded;
+  const base = down ? "bad" : att === null ? "" : att >= 0.99 ? "" : att >= 0.9 ? "miss" : "bad";
+  const cls = base === "" && overloaded ? "miss" : base;  // shedding load: amber at least
   const drops = Object.entries(a.dropped || {}).map(([k, v]) => `${esc(k)} ${v}`).join(", ") || "none";
   const batches = Object.values(a.batch_size || {}).map((h) =>
     Object.entries(h).map(([b, n]) => `${b}×${n}`).join(" ")).join(" | ") || "–";
   const streams = a.streams.map((s) => `<span class="pill ${s.status}">${esc(s.name)}: ${s.status}</span>`).join("");
   const p99 = a.latency_ms ? a.latency_ms.p99 : null, p50 = a.latency_ms ? a.latency_ms.p50 : null;
+  const p99all = a.latency_all_ms ? a.latency_all_ms.p99 : null;
+  const load = overloaded ? `<span class="pill overloaded">overloaded: ${pct(a.load.shed_share)} shed, ` +
+    `${a.load.rate_fps.toFixed(1)} of ${a.load.full_fps.toFixed(1)} frames/s</span>` : "";
   return `<div class="card ${cls}" data-app="${esc(a.name)}">
     <h2><a href="/dashboard/apps/${encodeURIComponent(a.name)}">${esc(a.name)}</a>
       <span class="pill ${esc(a.status)}">${esc(a.status)}</span></h2>
@@ -21,6 +26,8 @@ function card(a) {
     <div class="row"><span>attainment, last hour</span><span class="att-1h">${pct(a.attainment_1h)}</span></div>
     <div class="row"><span>latency p50 / p99 (target)</span>
       <span class="latency">${ms(p50)} / ${ms(p99)} (${a.slo_ms} ms)</span></div>
+    <div class="row"><span>p99 of every frame (drops as misses)</span><span class="latency-all">${ms(p99all)}</span></div>
+    <div class="row"><span>load</span><span class="load">${load || "within capacity"}</span></div>
     <div class="row"><span>throughput</span><span class="fps">${a.throughput_fps.toFixed(1)} frames/s</span></div>
     <div class="row"><span>dropped</span><span class="drops">${drops}</span></div>
     <div class="row"><span>batch sizes</span><span>${batches}</span></div>

@@ -1,0 +1,228 @@
+"""`vigil bench serve`: the served path under growing load, beside the engine alone.
+
+For each N (1, 2, 4, 8, 16) a fresh `vigil serve` runs N looping bundled clips, each
+with the people counter (SceneDet, person head, 1 s SLO); the first app has priority
+10 and samples 5 frames a second, the others priority 0, every frame, with `min_fps`
+so that load control can shed their rate. After a
+warm-up, one window measures, from the server's own metrics: goodput (frames within
+their SLO per second, all apps), the high-priority app's attainment and the others'
+(drops count as misses), p99 over every arrival, and the server's RSS and CPU.
+
+The bound is the same model run through the engine alone in this process, in the
+same run: frames of the same clips, preprocessed and batched as the engine batches
+them with no deadline, at its best frames/s. `served_vs_bound` is the best goodput
+over that bound; `overload_retention` is the goodput at the largest N over the best.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import wait
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import httpx
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+CLIPS = sorted((ROOT / "sample_videos").glob("*.mp4"))
+SLO_MS = 1000.0
+HIGH_FPS = 5.0  # the priority camera samples this; the others every frame (15 a second)
+LOW_MIN_FPS = 3.0
+
+
+@dataclass(frozen=True)
+class ServeBenchOptions:
+    counts: tuple[int, ...] = (1, 2, 4, 8, 16)
+    warmup_s: float = 20.0
+    window_s: float = 40.0
+    device: str = "cpu"
+    bound_s: float = 15.0
+
+    def __post_init__(self) -> None:
+        if not self.counts or min(self.counts) < 1 or max(self.counts) > 64:
+            raise ValueError(f"counts must be between 1 and 64 streams; were {self.counts}")
+        if not (0 < self.window_s <= 3600 and 0 <= self.warmup_s <= 3600 and 0 < self.bound_s <= 600):
+            raise ValueError("window_s in (0, 3600], warmup_s in [0, 3600] and bound_s in (0, 600]")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class _Server:
+    """`vigil serve` in its own process, the way a user starts it (no LLM: the vision path)."""
+
+    def __init__(self, workdir: Path, device: str) -> None:
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        config = workdir / "vigil.yaml"
+        config.write_text(yaml.safe_dump({"llm_model": None, "caption_every_s": 0,
+                                          "limits": {"media_dirs": [str(ROOT / "sample_videos")]}}))
+        self.log = open(workdir / "serve.log", "w")
+        self.proc = subprocess.Popen([sys.executable, "-m", "vigil.cli", "serve", "--config", str(config),
+                                      "--port", str(self.port), "--grpc-port", "0", "--data-dir",
+                                      str(workdir / "data"), "--device", device],
+                                     cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"vigil serve exited; see {workdir / 'serve.log'}")
+            try:
+                if httpx.get(f"{self.url}/readyz", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.3)
+        self.stop()
+        raise RuntimeError(f"vigil serve did not become ready; see {workdir / 'serve.log'}")
+
+    def rss_mb(self) -> float:
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024.0
+        return 0.0
+
+    def cpu_s(self) -> float:
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        self.log.close()
+
+
+def _app_spec(i: int) -> dict:
+    spec = {"name": f"cam{i}", "source": f"cam{i}", "detector": "scenedet", "classes": ["person"], "slo_ms": SLO_MS,
+            "priority": 10 if i == 0 else 0}
+    if i == 0:
+        spec["fps"] = HIGH_FPS
+    else:
+        spec["min_fps"] = LOW_MIN_FPS
+    return spec
+
+
+def _totals(api: httpx.Client, n: int) -> list[dict]:
+    return [api.get(f"/v1/apps/cam{i}/metrics").json() for i in range(n)]
+
+
+def measure_point(n: int, options: ServeBenchOptions, log: Callable[[str], None]) -> dict:
+    with tempfile.TemporaryDirectory(prefix="vigil-bench-serve-") as tmp:
+        server = _Server(Path(tmp), options.device)
+        try:
+            with httpx.Client(base_url=server.url, timeout=60) as api:
+                for i in range(n):
+                    api.post("/v1/streams", json={"name": f"cam{i}", "url": str(CLIPS[i % len(CLIPS)]),
+                                                  "options": {"loop": True}}).raise_for_status()
+                    api.post("/v1/apps", json=_app_spec(i)).raise_for_status()
+                time.sleep(options.warmup_s)
+                before, cpu0, t0 = _totals(api, n), server.cpu_s(), time.monotonic()
+                rss = [server.rss_mb()]
+                while time.monotonic() - t0 < options.window_s:
+                    time.sleep(min(2.0, options.window_s / 10))
+                    rss.append(server.rss_mb())
+                after, cpu1, elapsed = _totals(api, n), server.cpu_s(), time.monotonic() - t0
+                overloaded = [a["load"]["overloaded"] for a in after]
+        finally:
+            server.stop()
+
+    def delta(i: int, key: str) -> int:
+        return after[i][key] - before[i][key]
+
+    within = [delta(i, "within_slo") for i in range(n)]
+    arrived = [delta(i, "arrived") for i in range(n)]
+    low_arrived = sum(arrived[1:])
+    point = {"n": n, "goodput_fps": round(sum(within) / elapsed, 2),
+             "high_attainment": round(within[0] / arrived[0], 4) if arrived[0] else None,
+             "low_attainment": round(sum(within[1:]) / low_arrived, 4) if low_arrived else None,
+             "p99_all_ms": after[0]["latency_all_ms"]["p99"],
+             "p99_all_ms_low": after[-1]["latency_all_ms"]["p99"] if n > 1 else None,
+             "rss_mb": round(rss[-1], 1), "rss_growth": round(rss[-1] / rss[0], 3),
+             "cpu_pct": round(100 * (cpu1 - cpu0) / elapsed, 1),
+             "overloaded_apps": sum(overloaded)}
+    log(f"  N={n}: goodput {point['goodput_fps']} frames/s, high {point['high_attainment']}, "
+        f"low {point['low_attainment']}, p99 all {point['p99_all_ms']}, rss {point['rss_mb']} MB "
+        f"(x{point['rss_growth']}), cpu {point['cpu_pct']}%")
+    return point
+
+
+def engine_bound(options: ServeBenchOptions, log: Callable[[str], None]) -> float:
+    """SceneDet's person path through the engine alone: best frames/s at full batches."""
+    from engine.engine import Engine, Request
+    from engine.repository import ModelRepository
+    from streams import open_source
+
+    frames = []
+    src = open_source(str(CLIPS[0]))
+    for f in src.frames():
+        frames.append(f.image)
+        if len(frames) == 64:
+            break
+    src.close()
+    engine = Engine(ModelRepository(ROOT / "configs" / "models"), options.device)
+    try:
+        engine.load("scenedet")
+
+        def chunk(k: int) -> list:
+            now = engine.clock()
+            return engine.submit_many([Request("bound", "scenedet", frames[(k + j) % len(frames)], now, SLO_MS,
+                                               priority=0, labels=("person",), input_key=("bound", k + j),
+                                               may_drop=False) for j in range(32)])
+
+        wait(chunk(0))  # warm
+        done, k, t0 = 0, 32, time.monotonic()
+        in_flight = [chunk(k), chunk(k + 32)]
+        k += 64
+        while time.monotonic() - t0 < options.bound_s:
+            wait(in_flight.pop(0))
+            done += 32
+            in_flight.append(chunk(k))
+            k += 32
+        fps = done / (time.monotonic() - t0)
+    finally:
+        engine.close(drain=False)
+    log(f"  engine alone: {fps:.1f} frames/s")
+    return round(fps, 2)
+
+
+def run_serve_bench(options: ServeBenchOptions, log: Callable[[str], None] = print) -> dict:
+    log("engine-only bound")
+    bound = engine_bound(options, log)
+    log(f"served path, N = {', '.join(map(str, options.counts))}")
+    points = [measure_point(n, options, log) for n in options.counts]
+    best = max(p["goodput_fps"] for p in points)
+    return {"device": options.device, "slo_ms": SLO_MS, "window_s": options.window_s,
+            "engine_bound_fps": bound, "points": points,
+            "served_vs_bound": round(best / bound, 3) if bound else None,
+            "overload_retention": round(points[-1]["goodput_fps"] / best, 3) if best else None}
+
+
+def format_serve_report(result: dict) -> str:
+    lines = [f"engine alone: {result['engine_bound_fps']} frames/s; served/bound {result['served_vs_bound']}, "
+             f"overload retention {result['overload_retention']}",
+             "| N | goodput fps | high att. | low att. | p99 all (high) | RSS MB (growth) | CPU % |",
+             "|---|---|---|---|---|---|---|"]
+    for p in result["points"]:
+        lines.append(f"| {p['n']} | {p['goodput_fps']} | {p['high_attainment']} | {p['low_attainment']} | "
+                     f"{p['p99_all_ms']} | {p['rss_mb']} ({p['rss_growth']}) | {p['cpu_pct']} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(json.dumps(run_serve_bench(ServeBenchOptions()), indent=2))

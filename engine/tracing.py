@@ -1,0 +1,98 @@
+"""Fragments that run with the GIL released.
+
+Eager PyTorch releases the GIL inside each operator and takes it back between them. In
+`vigil serve` other Python threads (decoders, trackers, the HTTP server) hold the GIL
+most of the time, and each operator then waits up to a switch interval to get it back:
+a SceneDet backbone batch of 4 ran 27x slower beside four busy Python threads than on
+its own (two cores). A TorchScript graph runs in C++ with the GIL released for the
+whole call: the same batch ran 3.8x slower beside the same threads.
+
+So each input shape (batch size and resolution) is traced once, the first time it is
+seen, and the trace is checked against the eager result on that same input. A module
+that cannot be traced, whose control flow depends on values (the tracer warns), or
+whose trace disagrees runs eagerly from then on. The cache is bounded: shapes past
+`MAX_SHAPES` run eagerly.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import warnings
+from typing import Any, Hashable
+
+log = logging.getLogger("vigil.engine")
+
+MAX_SHAPES = 64  # traced input shapes kept per fragment (batch sizes x resolutions)
+RTOL, ATOL = 1e-4, 1e-4
+
+
+def shape_key(x: Any) -> Hashable:
+    if isinstance(x, dict):
+        return tuple((k, tuple(v.shape), str(v.dtype)) for k, v in sorted(x.items()))
+    return tuple(x.shape), str(x.dtype)
+
+
+def _same(a: Any, b: Any) -> bool:
+    import torch
+
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, (tuple, list)):
+        return isinstance(b, (tuple, list)) and len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if torch.is_tensor(a):
+        return torch.is_tensor(b) and a.shape == b.shape and torch.allclose(a.float(), b.float(), RTOL, ATOL)
+    return a == b
+
+
+class TracedModule:
+    """Calls `module` under inference mode through a per-shape TorchScript trace."""
+
+    def __init__(self, module, name: str = "") -> None:
+        self.module = module
+        self.name = name
+        self._traces: dict[Hashable, Any] = {}  # shape -> trace, or None: run eagerly
+        self._lock = threading.Lock()
+        self.enabled = True
+
+    def __call__(self, x: Any) -> Any:
+        import torch
+
+        key = shape_key(x)
+        trace = self._traces.get(key, False)
+        with torch.inference_mode():
+            if trace is False:
+                return self._first(key, x)
+            return self.module(x) if trace is None else trace(x)
+
+    def _first(self, key: Hashable, x: Any) -> Any:
+        """The eager result for a new shape, traced and checked beside it."""
+        import torch
+
+        eager = self.module(x)
+        with self._lock:
+            if not self.enabled or len(self._traces) >= MAX_SHAPES:
+                self._traces.setdefault(key, None)
+                return eager
+        trace = None
+        try:
+            with warnings.catch_warnings(record=True) as said:
+                warnings.simplefilter("always")
+                candidate = torch.jit.trace(self.module, (x,), strict=False, check_trace=False)
+            # the tracer warns when a value steers Python (a branch or a loop on a tensor):
+            # the trace would replay this input's path for every other
+            steered = [str(w.message) for w in said if issubclass(w.category, torch.jit.TracerWarning)]
+            if steered:
+                log.info("fragment %s runs eagerly: its control flow depends on values (%s)", self.name,
+                         steered[0][:200])
+            elif _same(eager, candidate(x)):
+                trace = candidate
+            else:
+                log.info("fragment %s: its trace differs from eager PyTorch at %s; it runs eagerly", self.name, key)
+        except Exception as exc:  # not traceable: eager is always correct
+            log.info("fragment %s cannot be traced (%s: %s); it runs eagerly", self.name, type(exc).__name__, exc)
+        with self._lock:
+            self._traces[key] = trace
+            if trace is None:
+                self.enabled = False  # what failed for one shape fails for the others: do not retry
+        return eager

@@ -1,0 +1,95 @@
+"""Several cameras on one shared model through the real pipeline (`vigil serve`, looping
+files, the people counter on each): more frames than two cores can detect (about 16 a
+second here, with four streams decoding beside the model; they offer about 38). The
+highest-priority app keeps its SLO while the others are shed, equal apps share the
+misses, an app with min_fps gives up rate first, and the overload is visible in the
+API, in /metrics and in the log."""
+
+from __future__ import annotations
+
+import re
+import time
+
+import httpx
+import pytest
+
+from support.processes import VigilServer, wait_for
+
+N = 4
+WINDOW_S = 30.0
+
+
+def spec(i: int) -> dict:
+    s = {"name": f"cam{i}", "source": f"cam{i}", "detector": "scenedet", "classes": ["person"], "slo_ms": 1000,
+         "priority": 10 if i == 0 else 0}
+    if i == 0:
+        s["fps"] = 5.0  # the priority camera: a third of what the shared model serves here
+    if i == N - 1:
+        s["min_fps"] = 3.0  # the one that may give up rate
+    return s
+
+
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory, bundled_clips):
+    srv = VigilServer(tmp_path_factory.mktemp("many") / "data", config={"llm_model": None}).start()
+    api = httpx.Client(base_url=srv.url, timeout=60)
+    try:
+        for i in range(N):
+            r = api.post("/v1/streams", json={"name": f"cam{i}", "url": str(bundled_clips[i % len(bundled_clips)]),
+                                              "options": {"loop": True}})
+            assert r.status_code == 201, r.text
+            assert api.post("/v1/apps", json=spec(i)).status_code == 201
+        wait_for(lambda: all(api.get(f"/v1/apps/cam{i}/metrics").json()["completed"] > 10 for i in range(N)), 120,
+                 "every app gets results")
+        time.sleep(10)  # past the start, the governor has settled
+        before = [api.get(f"/v1/apps/cam{i}/metrics").json() for i in range(N)]
+        time.sleep(WINDOW_S)
+        after = [api.get(f"/v1/apps/cam{i}/metrics").json() for i in range(N)]
+        streams = api.get("/v1/streams").json()
+        metrics = api.get("/metrics").text
+        yield before, after, streams, metrics, srv
+    finally:
+        api.close()
+        srv.stop()
+
+
+def attainment(measured, i: int) -> float:
+    before, after = measured[0][i], measured[1][i]
+    return (after["within_slo"] - before["within_slo"]) / max(1, after["arrived"] - before["arrived"])
+
+
+def test_the_high_priority_camera_keeps_its_slo(measured):
+    before, after = measured[0], measured[1]
+    offered = sum(a["arrived"] - b["arrived"] for a, b in zip(after, before)) / WINDOW_S
+    served = sum(a["within_slo"] - b["within_slo"] for a, b in zip(after, before)) / WINDOW_S
+    assert served < 0.9 * offered, (served, offered)  # overloaded indeed: the test means something
+    everyone = [attainment(measured, i) for i in range(N)]
+    # (at least 0.95 on an idle machine, 0.83 with a third of it taken by another process; the
+    # old scheduler starved it: under 5 results in 5 minutes)
+    assert everyone[0] >= 0.8, everyone
+    assert everyone[0] >= 3 * max(everyone[1:]), everyone  # the lower priorities are shed first
+
+
+def test_equal_cameras_share_the_misses(measured):
+    equal = [attainment(measured, i) for i in range(1, N - 1)]  # priority 0, no min_fps
+    assert max(equal) - min(equal) <= 0.1, equal
+
+
+def test_the_camera_with_min_fps_gives_up_rate(measured):
+    load = measured[1][N - 1]["load"]
+    assert load["overloaded"] and load["rate_fps"] < load["full_fps"], load
+    assert load["rate_fps"] >= 3.0
+    rate_shed = re.search(rf'^vigil_app_shed_total{{app="cam{N - 1}",reason="rate"}} (\S+)$', measured[3], re.M)
+    assert rate_shed and float(rate_shed.group(1)) > 0
+
+
+def test_the_overload_is_visible(measured):
+    before, after, streams, metrics, srv = measured
+    low = after[1]
+    assert low["load"]["overloaded"]
+    assert low["latency_all_ms"]["p99"] == "inf"  # its drops count as misses ...
+    assert low["latency_ms"]["p99"] <= 1000 * 1.5  # ... where the completed-only figure looks fine
+    assert re.search(r'^vigil_app_shed_total\{app="cam1",reason="deadline"\} [1-9]', metrics, re.M), \
+        [m for m in metrics.splitlines() if "shed" in m]
+    assert {s["name"]: s["overloaded"] for s in streams}["cam1"] is True
+    assert "app cam1 is overloaded" in srv.logs()
