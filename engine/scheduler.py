@@ -110,8 +110,8 @@ class NexusPolicy:
             if queue:
                 for item in queue:
                     self.observe(item)
-                tie_ms = profiles[session].latency_ms(1)
-                items = sorted(queue, key=lambda w: (-w.priority, w.deadline_ms // tie_ms,
+                tie_ms = max(profiles[session].latency_ms(1), 1e-3)
+                items = sorted(queue, key=lambda w: (-w.priority, _bucket(w.deadline_ms, tie_ms),
                                                      self.served.get(w.flow, 1.0), w.deadline_ms, w.arrival_ms))
                 batch, ahead, planned = self._window(items, profiles[session], now_ms)
                 wake = self._defer_until(batch, planned, profiles[session], now_ms)
@@ -232,6 +232,11 @@ class NexusPolicy:
         """Items that miss their deadline even alone, now (they can only do worse later)."""
         alone = profile.latency_ms(1, self.sigmas)
         return [(w.item_id, "deadline") for w in items if w.deadline_ms - now_ms < alone]
+
+
+def _bucket(deadline_ms: float, width_ms: float) -> float:
+    """Deadlines within one bucket count as due at the same time (no deadline: last)."""
+    return deadline_ms // width_ms if math.isfinite(deadline_ms) else math.inf
 
 
 def _classes(items: Sequence[WorkItem]) -> list[tuple[int, int]]:

@@ -92,3 +92,11 @@ def test_percentiles_over_every_arrival_count_drops_as_misses():
     assert s["latency_ms"]["p99"] == 100.0  # completed only: looks fine
     assert s["latency_all_ms"] == {"p50": 100.0, "p95": "inf", "p99": "inf"}  # every arrival: 10% missed
     assert 'vigil_app_shed_total{app="cam",reason="deadline"} 10.0' in generate_latest(m.registry).decode()
+
+
+def test_items_without_a_deadline_run_in_arrival_order_and_are_never_dropped():
+    """An offline run's requests (no deadline): priority, then arrival; nothing dropped."""
+    queue = [WorkItem(i, float(i), float("inf"), 200, 0, 200) for i in (3, 1, 2)] + \
+        [WorkItem(9, 5.0, float("inf"), 200, 5, 200)]
+    plan = NexusPolicy(sigmas=0).plan({"s": queue}, {"s": PROFILE}, now_ms=1e9)
+    assert plan.batch == (9, 1, 2, 3) and plan.dropped == ()

@@ -187,3 +187,28 @@ def test_a_file_that_cannot_open_for_want_of_descriptors_is_retried_not_failed(s
     assert status["status"] == "ended" and status["reconnects"] == 2 and len(frames) == len(truth["frames"])
     assert "Too many open files" in status["last_error"]
 
+
+
+def test_a_stream_delivers_only_the_frames_its_apps_sample(short_clip):
+    """set_demand(5) on a 15 fps file: a third of the frames are converted and
+    delivered, the rest decoded and counted as skipped; time keeps rising across passes."""
+    clip, truth = short_clip
+    n = len(truth["frames"])
+    stream = ManagedStream("f", str(clip), StreamOptions(realtime=False, loop=True))
+    stream.set_demand(truth["fps"] / 3)
+    stream.start()
+    frames = []
+    for f in stream.frames():
+        frames.append(f)
+        if len(frames) >= n:  # about three passes over the file
+            break
+    stream.stop()
+    pts = [f.pts_ms for f in frames]
+    assert all(b > a for a, b in zip(pts, pts[1:]))
+    gaps = {round(b - a) for a, b in zip(pts, pts[1:])}
+    assert gaps <= {round(3000 / truth["fps"]), round(2000 / truth["fps"]), round(4000 / truth["fps"])}, gaps
+    assert pts[-1] > 2 * n * 1000 / truth["fps"]  # the third pass goes on after the second
+    status = stream.status()
+    assert status["frames_skipped"] >= 1.5 * status["frames_decoded"]
+    stream.set_demand(None)  # every frame again, from now on
+    assert stream._wanted(1e9) and stream._wanted(1e9 + 1)
