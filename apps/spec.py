@@ -27,6 +27,7 @@ BUILTIN_DIR = Path(__file__).parent / "builtin"
 NAME_PATTERN = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")  # matched whole (fullmatch): no trailing newline
 NAME_RULE = "lowercase letters, digits, '-' or '_' (at most 64, starting with a letter or digit)"
 MAX_SHOWN_CHARS = 200  # a value echoed in an error message is cut to this
+MAX_SLO_MS = 600_000  # ten minutes: the longest latency target any request may ask for
 
 # Lines and zones are checked by validators that name the problem in words; their JSON
 # schema states the same rules, so the OpenAPI document promises what is accepted.
@@ -121,7 +122,7 @@ class AppSpec(BaseModel):
                                         json_schema_extra={"additionalProperties": False})
     zones: dict[PartName, Zone] = Field(default_factory=dict, max_length=64,
                                         json_schema_extra={"additionalProperties": False})
-    slo_ms: float = Field(1000.0, gt=0, le=600_000, strict=True,
+    slo_ms: float = Field(1000.0, gt=0, le=MAX_SLO_MS, strict=True,
                           description="latency target per frame, capture to result")
     priority: json_int(ge=0, le=10) = Field(0, description="higher runs first when the device is contended")
     tracker: TrackerOptions = Field(default_factory=TrackerOptions)
