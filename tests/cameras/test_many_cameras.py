@@ -32,13 +32,19 @@ def spec(i: int) -> dict:
     return s
 
 
+def clip(clips: list, i: int):
+    """The two equal cameras watch the same footage: equal loads (tracking and
+    static-frame skipping cost what the scene asks, and scenes differ)."""
+    return clips[1 % len(clips)] if 1 <= i <= N - 2 else clips[i % len(clips)]
+
+
 @pytest.fixture(scope="module")
 def measured(tmp_path_factory, bundled_clips):
     srv = VigilServer(tmp_path_factory.mktemp("many") / "data", config={"llm_model": None}).start()
     api = httpx.Client(base_url=srv.url, timeout=60)
     try:
         for i in range(N):
-            r = api.post("/v1/streams", json={"name": f"cam{i}", "url": str(bundled_clips[i % len(bundled_clips)]),
+            r = api.post("/v1/streams", json={"name": f"cam{i}", "url": str(clip(bundled_clips, i)),
                                               "options": {"loop": True}})
             assert r.status_code == 201, r.text
             assert api.post("/v1/apps", json=spec(i)).status_code == 201
@@ -74,7 +80,7 @@ def test_the_high_priority_camera_keeps_its_slo(measured):
 
 
 def test_equal_cameras_share_the_misses(measured):
-    equal = [attainment(measured, i) for i in range(1, N - 1)]  # priority 0, no min_fps
+    equal = [attainment(measured, i) for i in range(1, N - 1)]  # priority 0, no min_fps, one clip
     assert max(equal) - min(equal) <= 0.1, equal
 
 
