@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 DEMO_OUT ?= demo-out
 
-.PHONY: demo test test-fast install system-deps proto serve soak train-detector train-scene-lm bench-ingest bench-engine bench-llm clean
+.PHONY: demo test test-fast install system-deps proto serve soak train-detector train-scene-lm bench-ingest bench-engine bench-llm triton-venv clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -34,6 +34,7 @@ system-deps:
 	else echo "install the test's system packages: sudo apt-get install $(SYSTEM_PACKAGES) gstreamer1.0-tools"; exit 1; fi
 
 test: $(STAMP) system-deps
+	@$(MAKE) --no-print-directory triton-venv || echo "no Triton venv: tests/bench/test_triton_peer.py skips its server tests"
 	$(BIN)/python -m pytest
 
 test-fast: $(STAMP)
@@ -66,10 +67,23 @@ bench-llm: $(STAMP)
 bench-ingest: $(STAMP)
 	$(BIN)/vigil bench ingest --json bench-ingest.json
 
-# The full engine benchmark, with Ray Serve as a peer (installs the bench extra).
-bench-engine: $(STAMP)
+# The full engine benchmark, with Ray Serve and Triton as peers (installs the bench extra
+# and the Triton venv).
+bench-engine: $(STAMP) triton-venv
 	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[dev,bench]'
 	$(BIN)/vigil bench engine --json bench-engine.json
+
+# NVIDIA Triton (the nvidia-pytriton wheel ships the server) for the engine bench's peer.
+# Debian's python: the Triton Python backend stub links its libpython3.11.
+TRITON_VENV := .triton-venv
+TRITON_STAMP := $(TRITON_VENV)/.installed-stamp
+$(TRITON_STAMP): Makefile
+	test -x $(TRITON_VENV)/bin/python || /usr/bin/python3 -m venv $(TRITON_VENV)
+	$(TRITON_VENV)/bin/pip install --quiet --disable-pip-version-check nvidia-pytriton==0.7.0 torch==2.14.1 \
+		torchvision==0.29.1 'numpy<2' 'opencv-python-headless>=4.8,<5' pyyaml 'pydantic>=2.6'
+	touch $(TRITON_STAMP)
+
+triton-venv: $(TRITON_STAMP)
 
 clean:
 	rm -rf $(DEMO_OUT) vigil-out vigil-data .pytest_cache

@@ -6,7 +6,8 @@ each with its own head, like heads fine-tuned on a common feature extractor). Ev
 policy runs over the same executor; the baselines serve each model on its own (no
 prefix sharing, as TF Serving and Clipper would), Vigil's `nexus` shares prefixes.
 Ray Serve with `@serve.batch` serves the same model as a real peer when Ray is
-installed (`pip install 'ray[serve]'`).
+installed (`pip install 'ray[serve]'`), and so does NVIDIA Triton's dynamic batcher
+when its venv exists (`make triton-venv`; bench/triton_peer.py).
 
 Scenarios (JSON keys):
 - single: one app, one model, Poisson arrivals. `goodput` per policy (requests/s at
@@ -36,7 +37,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from bench.workload import EngineTarget, Stream, TrialResult, run_trial, search_goodput
+from bench.workload import EngineTarget, Stream, run_trial, search_goodput
 from engine.engine import Engine
 from engine.repository import ModelRepository
 
@@ -53,6 +54,7 @@ class EngineBenchOptions:
     input_size: int = 112
     slo_ms: float = 250.0
     ray: bool = True
+    triton: bool = True  # when the Triton venv exists (make triton-venv)
     trial_s: float = field(default=0.0)  # 0: 3 s quick, 8 s full
     search_steps: int = field(default=0)  # 0: 4 quick, 6 full
     seed: int = 0
@@ -159,12 +161,18 @@ class Bench:
 
             self.log("  single/ray_serve")
             goodput["ray_serve"] = ray_goodput(self.root / "m0" / "1", self.o, self.frames["cam"], 1.15 * b, self.log)
+        if self.o.triton:
+            from bench.triton_peer import triton_goodput
+
+            self.log("  single/triton")
+            goodput["triton"] = triton_goodput(self.root / "m0" / "1", self.o, self.frames["cam"], 1.15 * b, self.log)
         best = max(goodput[p] for p in BASELINES)
         out = {"slo_ms": slo, "goodput": goodput, "bound": round(b, 2),
                "ratio_vs_best_baseline": round(goodput["nexus"] / best, 3) if best else None,
                "fraction_of_bound": round(goodput["nexus"] / b, 3) if b else None}
-        if goodput.get("ray_serve"):
-            out["ratio_vs_ray_serve"] = round(goodput["nexus"] / goodput["ray_serve"], 3)
+        for peer in ("ray_serve", "triton"):
+            if goodput.get(peer):
+                out[f"ratio_vs_{peer}"] = round(goodput["nexus"] / goodput[peer], 3)
         return out
 
     def shared_backbone(self) -> dict:
@@ -176,6 +184,11 @@ class Bench:
                 b = b or bound(engine, "m0", slo)  # one model's bound: the most frames sharing can give
                 goodput[policy] = round(self.goodput(
                     engine, lambda r: [Stream("cam", apps, r, slo, bursty=True)], 1.15 * b), 2)
+        if self.o.triton:
+            from bench.triton_peer import triton_goodput
+
+            self.log("  single/triton")
+            goodput["triton"] = triton_goodput(self.root / "m0" / "1", self.o, self.frames["cam"], 1.15 * b, self.log)
         best = max(goodput[p] for p in BASELINES)
         return {"slo_ms": slo, "apps": len(apps), "goodput_frames_per_s": goodput,
                 "ratio_vs_best_baseline": round(goodput["nexus"] / best, 3) if best else None}
@@ -308,8 +321,9 @@ def format_report(result: dict) -> str:
             lines.append(f"| single | goodput {policy} (req/s) | {g} |")
         lines += [f"| single | ratio_vs_best_baseline | {s['ratio_vs_best_baseline']} |",
                   f"| single | fraction_of_bound | {s['fraction_of_bound']} |"]
-        if "ratio_vs_ray_serve" in s:
-            lines.append(f"| single | nexus / ray_serve | {s['ratio_vs_ray_serve']} |")
+        for peer in ("ray_serve", "triton"):
+            if f"ratio_vs_{peer}" in s:
+                lines.append(f"| single | nexus / {peer} | {s[f'ratio_vs_{peer}']} |")
     if "shared_backbone" in result:
         s = result["shared_backbone"]
         for policy, g in s["goodput_frames_per_s"].items():

@@ -12,6 +12,10 @@ The bound is the same model run through the engine alone in this process, in the
 same run: frames of the same clips, preprocessed and batched as the engine batches
 them with no deadline, at its best frames/s. `served_vs_bound` is the best goodput
 over that bound; `overload_retention` is the goodput at the largest N over the best.
+
+With captions (`captions_n`), those counts run again with scene-lm captioning every
+stream: captions per minute, the LLM steps the schedule granted (by share and in
+slack), and vision's goodput and priority attainment with captions on over off.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ CLIPS = sorted((ROOT / "sample_videos").glob("*.mp4"))
 SLO_MS = 1000.0
 HIGH_FPS = 5.0  # the priority camera samples this; the others every frame (15 a second)
 LOW_MIN_FPS = 3.0
+CAPTION_EVERY_S = 5.0  # with captions on: each stream's caption this often
 
 
 @dataclass(frozen=True)
@@ -46,6 +51,7 @@ class ServeBenchOptions:
     window_s: float = 40.0
     device: str = "cpu"
     bound_s: float = 15.0
+    captions_n: tuple[int, ...] = (1, 4)  # the counts measured again with captions on (none: skip)
 
     def __post_init__(self) -> None:
         if not self.counts or min(self.counts) < 1 or max(self.counts) > 64:
@@ -61,14 +67,16 @@ def _free_port() -> int:
 
 
 class _Server:
-    """`vigil serve` in its own process, the way a user starts it (no LLM: the vision path)."""
+    """`vigil serve` in its own process, the way a user starts it (the vision path; with
+    `captions`, scene-lm captions every stream too)."""
 
-    def __init__(self, workdir: Path, device: str) -> None:
+    def __init__(self, workdir: Path, device: str, captions: bool = False) -> None:
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         config = workdir / "vigil.yaml"
-        config.write_text(yaml.safe_dump({"llm_model": None, "caption_every_s": 0,
-                                          "limits": {"media_dirs": [str(ROOT / "sample_videos")]}}))
+        llm = {"llm_model": "scene-lm", "caption_every_s": CAPTION_EVERY_S} if captions else \
+            {"llm_model": None, "caption_every_s": 0}
+        config.write_text(yaml.safe_dump({**llm, "limits": {"media_dirs": [str(ROOT / "sample_videos")]}}))
         self.log = open(workdir / "serve.log", "w")
         self.proc = subprocess.Popen([sys.executable, "-m", "vigil.cli", "serve", "--config", str(config),
                                       "--port", str(self.port), "--grpc-port", "0", "--data-dir",
@@ -122,9 +130,14 @@ def _totals(api: httpx.Client, n: int) -> list[dict]:
     return [api.get(f"/v1/apps/cam{i}/metrics").json() for i in range(n)]
 
 
-def measure_point(n: int, options: ServeBenchOptions, log: Callable[[str], None]) -> dict:
+def _caption_ids(api: httpx.Client) -> set[int]:
+    r = api.get("/v1/captions", params={"limit": 1000})
+    return {c["id"] for c in r.json()["captions"]} if r.status_code == 200 else set()
+
+
+def measure_point(n: int, options: ServeBenchOptions, log: Callable[[str], None], captions: bool = False) -> dict:
     with tempfile.TemporaryDirectory(prefix="vigil-bench-serve-") as tmp:
-        server = _Server(Path(tmp), options.device)
+        server = _Server(Path(tmp), options.device, captions)
         try:
             with httpx.Client(base_url=server.url, timeout=60) as api:
                 for i in range(n):
@@ -133,12 +146,16 @@ def measure_point(n: int, options: ServeBenchOptions, log: Callable[[str], None]
                     api.post("/v1/apps", json=_app_spec(i)).raise_for_status()
                 time.sleep(options.warmup_s)
                 before, cpu0, t0 = _totals(api, n), server.cpu_s(), time.monotonic()
+                captions_before = _caption_ids(api)
+                guest_before = api.get("/v1/overview").json()["device"]["guest"]
                 rss = [server.rss_mb()]
                 while time.monotonic() - t0 < options.window_s:
                     time.sleep(min(2.0, options.window_s / 10))
                     rss.append(server.rss_mb())
                 after, cpu1, elapsed = _totals(api, n), server.cpu_s(), time.monotonic() - t0
                 overloaded = [a["load"]["overloaded"] for a in after]
+                written = len(_caption_ids(api) - captions_before)
+                guest = api.get("/v1/overview").json()["device"]["guest"]
         finally:
             server.stop()
 
@@ -156,9 +173,14 @@ def measure_point(n: int, options: ServeBenchOptions, log: Callable[[str], None]
              "rss_mb": round(rss[-1], 1), "rss_growth": round(rss[-1] / rss[0], 3),
              "cpu_pct": round(100 * (cpu1 - cpu0) / elapsed, 1),
              "overloaded_apps": sum(overloaded)}
-    log(f"  N={n}: goodput {point['goodput_fps']} frames/s, high {point['high_attainment']}, "
-        f"low {point['low_attainment']}, p99 all {point['p99_all_ms']}, rss {point['rss_mb']} MB "
-        f"(x{point['rss_growth']}), cpu {point['cpu_pct']}%")
+    if captions:
+        steps = {k: guest[k] - guest_before[k] for k in ("guest_steps_by_share", "guest_steps_in_slack")}
+        point.update(captions_per_min=round(60 * written / elapsed, 2), llm_steps=steps,
+                     llm_share_since_start=guest["guest_share"])
+    log(f"  N={n}{' with captions' if captions else ''}: goodput {point['goodput_fps']} frames/s, "
+        f"high {point['high_attainment']}, low {point['low_attainment']}, p99 all {point['p99_all_ms']}, "
+        f"rss {point['rss_mb']} MB (x{point['rss_growth']}), cpu {point['cpu_pct']}%"
+        + (f", {point['captions_per_min']} captions/min, LLM steps {point['llm_steps']}" if captions else ""))
     return point
 
 
@@ -207,10 +229,21 @@ def run_serve_bench(options: ServeBenchOptions, log: Callable[[str], None] = pri
     log(f"served path, N = {', '.join(map(str, options.counts))}")
     points = [measure_point(n, options, log) for n in options.counts]
     best = max(p["goodput_fps"] for p in points)
+    captions = []
+    if options.captions_n:
+        log(f"with captions every {CAPTION_EVERY_S} s per stream, N = {', '.join(map(str, options.captions_n))}")
+    for n in options.captions_n:
+        off = next((p for p in points if p["n"] == n), None) or measure_point(n, options, log)
+        on = measure_point(n, options, log, captions=True)
+        captions.append({"n": n, **{k: on[k] for k in ("captions_per_min", "llm_steps", "llm_share_since_start")},
+                         "goodput_on_vs_off": round(on["goodput_fps"] / off["goodput_fps"], 3),
+                         "high_attainment_on_vs_off": round(on["high_attainment"] / off["high_attainment"], 3)
+                         if on["high_attainment"] and off["high_attainment"] else None})
     return {"device": options.device, "slo_ms": SLO_MS, "window_s": options.window_s,
             "engine_bound_fps": bound, "points": points,
             "served_vs_bound": round(best / bound, 3) if bound else None,
-            "overload_retention": round(points[-1]["goodput_fps"] / best, 3) if best else None}
+            "overload_retention": round(points[-1]["goodput_fps"] / best, 3) if best else None,
+            "captions": captions}
 
 
 def format_serve_report(result: dict) -> str:
@@ -221,6 +254,13 @@ def format_serve_report(result: dict) -> str:
     for p in result["points"]:
         lines.append(f"| {p['n']} | {p['goodput_fps']} | {p['high_attainment']} | {p['low_attainment']} | "
                      f"{p['p99_all_ms']} | {p['rss_mb']} ({p['rss_growth']}) | {p['cpu_pct']} |")
+    if result.get("captions"):
+        lines += ["", "| N | captions/min | LLM steps (share, slack) | goodput on/off | high att. on/off |",
+                  "|---|---|---|---|---|"]
+        for c in result["captions"]:
+            lines.append(f"| {c['n']} | {c['captions_per_min']} | {c['llm_steps']['guest_steps_by_share']}, "
+                         f"{c['llm_steps']['guest_steps_in_slack']} | {c['goodput_on_vs_off']} | "
+                         f"{c['high_attainment_on_vs_off']} |")
     return "\n".join(lines)
 
 

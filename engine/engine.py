@@ -1,7 +1,9 @@
 """The engine: one per device. Requests in, results out; schedule -> execute -> update.
 
 Narrow boundary (so a cluster layer can wrap each engine as an actor): `submit_many`,
-`load` / `ensure_loaded` / `unload` / `reload` / `set_label`, `profiles`, `load_report`, `metrics`, `close`.
+`load` / `ensure_loaded` / `unload` / `reload` / `set_label`, `profiles`, `load_report`, `metrics`, `close`,
+and `guest` for another engine that shares the device (the LLM's steps are turns of this
+schedule, engine/share.py).
 
 A request names a model (and version or label), one frame and the labels it needs.
 Its path is the fragments from the model's root to the heads that detect those labels.
@@ -24,8 +26,9 @@ import threading
 import time
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable, Hashable
+from typing import Any, Callable, Hashable, Iterator
 
 import numpy as np
 
@@ -35,6 +38,7 @@ from engine.repository import ModelRepository
 from engine.scheduler import Plan, Policy, WorkItem, make_policy
 from engine.selection import RateMeter, VersionCost, capacity, choose_version
 from engine.servables import ModelManager, Servable
+from engine.share import DeviceShare
 
 log = logging.getLogger("vigil.engine")
 
@@ -133,6 +137,34 @@ def monotonic_ms() -> float:
     return time.monotonic() * 1000.0
 
 
+class GuestTurns:
+    """A guest's handle on the device (from `Engine.guest`): one step per `turn`."""
+
+    def __init__(self, engine: "Engine") -> None:
+        self._engine = engine
+
+    @contextmanager
+    def turn(self, cost_ms: float) -> Iterator[None]:
+        e = self._engine
+        with e._cond:
+            e.share.step_costs(cost_ms)
+            e._cond.notify_all()
+            while not e.share.granted and not e._closing:
+                e._cond.wait(0.5)
+            if not e.share.granted:  # closing: the loop grants nothing more
+                e.share.grant(by_share=False)
+        started = time.perf_counter()
+        try:
+            with e.device_turn:
+                yield
+        finally:
+            elapsed_ms = (time.perf_counter() - started) * 1000.0
+            with e._cond:
+                e.share.guest_ran(elapsed_ms)
+                e._cond.notify_all()
+            e.metrics.device_seconds.labels("guest").inc(elapsed_ms / 1000.0)
+
+
 class Engine:
     def __init__(self, repository: ModelRepository, device: str = "cpu", policy: str | Policy = "nexus",
                  clock: Callable[[], float] = monotonic_ms, max_queue: int = 4096, postprocess_workers: int = 1,
@@ -151,10 +183,11 @@ class Engine:
         self.max_queue = max_queue
         self._cond = threading.Condition(self.manager.lock)
         self._queues: dict[str, list[_Entry]] = {}
-        # Held while a batch runs on the device. Another engine sharing the device (the
-        # LLM engine) takes it for one step at a time, and only while `pending()` is 0:
-        # vision never waits more than one LLM iteration.
+        # Held while a batch runs on the device. A guest sharing the device (the LLM
+        # engine) runs one step at a time in `guest`'s turns, when the schedule grants it:
+        # in vision's slack, or by its minimum share (engine/share.py).
         self.device_turn = threading.Lock()
+        self.share = DeviceShare()
         self._pending: dict[tuple[str, Hashable], _Entry] = {}
         self._next_id = 0
         self._closing = False
@@ -205,6 +238,30 @@ class Engine:
     @property
     def ready(self) -> bool:
         return self.manager.loading == 0
+
+    # -- a guest on the device ------------------------------------------------------------------
+    @contextmanager
+    def guest(self, min_share: float) -> Iterator["GuestTurns"]:
+        """A guest with work to do (the LLM) takes turns on the device until it leaves:
+        `with engine.guest(0.1) as g: while busy: with g.turn(cost_ms): step()`. Its
+        steps run in the slack vision deadlines leave, or when `min_share` of device time
+        is owed to it (engine/share.py); vision waits for at most the steps owed."""
+        with self._cond:
+            self.share.join(min_share)
+            self._cond.notify_all()
+        try:
+            yield GuestTurns(self)
+        finally:
+            with self._cond:
+                self.share.leave()
+                self._cond.notify_all()
+
+    def _lend(self, by_share: bool) -> None:
+        """Under the lock, in the loop: the guest runs its step; wait until it ends."""
+        self.share.grant(by_share)
+        self._cond.notify_all()
+        while self.share.granted:
+            self._cond.wait()
 
     # -- requests -----------------------------------------------------------------------------------
     def submit(self, request: Request) -> Future:
@@ -399,6 +456,9 @@ class Engine:
         while True:
             if self._closing and not any(self._queues.values()):
                 return None, [], []
+            if self.share.due():  # the guest is owed its share: its step before the next batch
+                self._lend(by_share=True)
+                continue
             items = {h: [WorkItem(e.item_id, e.arrival_ms, e.deadline_ms, e.budget_ms, e.priority, e.slo_ms,
                                   e.downstream, e.flow) for e in q]
                      for h, q in self._queues.items() if q}
@@ -421,6 +481,9 @@ class Engine:
             timeout = None
             if plan.wait_until_ms is not None:
                 timeout = max(0.0, (plan.wait_until_ms - self.clock()) / 1000.0)
+            if self.share.fits_in(None if timeout is None else timeout * 1000.0):
+                self._lend(by_share=False)  # vision's slack: the guest's step costs it nothing
+                continue
             self._cond.wait(timeout if timeout is not None else 0.5)
 
     def _current_profile(self, session: str):
@@ -466,6 +529,9 @@ class Engine:
             return
         elapsed_ms = (time.perf_counter() - started) * 1000.0
         self._busy_ms += elapsed_ms
+        with self._cond:
+            self.share.vision_ran(elapsed_ms)
+        self.metrics.device_seconds.labels("vision").inc(elapsed_ms / 1000.0)
         if info is not None and self.adapt_profiles:
             ratio = min(4.0, max(0.5, elapsed_ms / max(info.profile.latency_ms(len(batch)), 1e-3)))
             mean, var = self._slowdown.get(session, (ratio, 0.0))
@@ -529,10 +595,6 @@ class Engine:
         self.metrics.dropped(req.app, req.model, str(state.servable.version), reason)
         state.future.set_exception(Dropped(reason, detail))
 
-    def pending(self) -> int:
-        """Queued fragment inputs (0: the device is free for lower-priority engines)."""
-        return sum(len(q) for q in self._queues.values())
-
     # -- reports ------------------------------------------------------------------------------------
     def profiles(self) -> dict[str, dict]:
         with self._cond:
@@ -542,6 +604,7 @@ class Engine:
         with self._cond:
             elapsed = max(1.0, self.clock() - self._started_ms)
             return {"device": self.device, "busy_fraction": round(self._busy_ms / elapsed, 4),
+                    "guest": self.share.report(),
                     "queues": {self.manager.sessions[h].label: len(q) for h, q in self._queues.items()
                                if h in self.manager.sessions}}
 

@@ -93,6 +93,8 @@ class EngineMetrics:
                                ["app", "model"], registry=r)
         self._selections = PromCounter("vigil_model_selection_changes", "Adaptive selection switches",
                                        ["app", "model", "to_version"], registry=r)
+        self.device_seconds = PromCounter("vigil_device_busy_seconds", "Device time, by tenant: vision batches and "
+                                          "the guest's steps (the LLM)", ["tenant"], registry=r)
         self.random_weights = Gauge("vigil_model_random_weights",
                                     "1 when a loaded model version has random weights (benchmarks only)",
                                     ["model", "version"], registry=r)

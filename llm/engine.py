@@ -8,8 +8,10 @@ checks stop conditions, streams text, and frees the blocks of finished, aborted 
 preempted requests.
 
 Requests are added and aborted from any thread; `start()` runs the loop on its own
-thread. When a vision engine shares the device (`vision=`), a step starts only while
-vision has nothing queued, and holds the device turn for that one step.
+thread. When a vision engine shares the device (`vision=`), each step is one turn of
+the vision schedule (`Engine.guest`): it runs in the slack vision deadlines leave,
+and is owed `EngineConfig.min_share` of device time under full vision load, so captions
+keep coming. The step cost it declares is the EWMA of its measured steps.
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ from llm.scheduler import SchedulerConfig, SeqState, schedule
 from llm.tokenizer import Tokenizer
 
 log = logging.getLogger("vigil.llm")
+FIRST_STEP_MS = 10.0  # a step's cost before one is measured
+STEP_COST_ALPHA = 0.2
 
 
 class EngineFull(Exception):
@@ -69,6 +73,7 @@ class EngineConfig:
     request_level: bool = False  # ablation: a batch runs until its longest member ends
     cuda_graphs: bool = True  # on a GPU, steps replay captured CUDA graphs (llm/cuda_graphs.py)
     max_waiting: int | None = None  # requests that may wait to run; past it add_request raises EngineFull
+    min_share: float = 0.1  # of device time owed to LLM steps when a vision engine shares the device
 
     def scheduler(self) -> SchedulerConfig:
         return SchedulerConfig(self.block_size, self.max_num_seqs, self.max_step_tokens, self.request_level)
@@ -208,6 +213,7 @@ class LLMEngine:
         self._thread: threading.Thread | None = None
         self._closing = False
         self.num_steps = 0
+        self.step_ms = FIRST_STEP_MS  # what a step costs (EWMA): its turn on a shared device
         max_context = self.config.num_blocks * self.config.block_size
         self.max_model_len = min(model.cfg.max_position_embeddings, max_context)
         self.graphs: StepGraphs | None = None
@@ -238,7 +244,8 @@ class LLMEngine:
                              f"context of {self.max_model_len} tokens")
         bad = [t for t in ids if not 0 <= t < self.model.cfg.vocab_size]
         if bad:
-            raise ValueError(f"prompt: token ids {bad[:5]} are outside the vocabulary (0..{self.model.cfg.vocab_size - 1})")
+            raise ValueError(f"prompt: token ids {bad[:5]} are outside the vocabulary "
+                             f"(0..{self.model.cfg.vocab_size - 1})")
         rid = request_id or f"{self.name}-{next(self._ids)}"
         req = LLMRequest(rid, ids, params, priority, self.clock(), stream=stream)
         if params.seed is not None:
@@ -281,27 +288,40 @@ class LLMEngine:
     def _loop(self) -> None:
         while True:
             with self._cond:
-                while not (self.waiting or self.running or self._aborted or self._closing):
+                while not (self._has_work() or self._closing):
                     self._cond.wait()
                 if self._closing and not (self.waiting or self.running):
                     self._reap_aborted()
                     return
             try:
-                self._step_when_device_free()
+                self._steps_while_busy()
             except Exception as exc:
                 log.exception("LLM step failed; failing the running requests")
                 with self._cond:
                     for req in list(self.running.values()) + list(self.waiting.values()):
                         self._finish(req, "error", f"the engine step failed: {type(exc).__name__}: {exc}")
 
-    def _step_when_device_free(self) -> None:
+    def _has_work(self) -> bool:
+        return bool(self.waiting or self.running or self._aborted)
+
+    def _steps_while_busy(self) -> None:
+        """Step until there is no work; on a device shared with vision, each step is a
+        turn the vision schedule grants (`Engine.guest`)."""
         if self.vision is None:
-            self.step()
+            while self._busy():
+                self.step()
             return
-        while self.vision.pending() > 0 and not self._closing:  # vision first
-            time.sleep(0.001)
-        with self.vision.device_turn:
-            self.step()
+        with self.vision.guest(self.config.min_share) as device:
+            while self._busy():
+                with device.turn(self.step_ms):
+                    started = time.perf_counter()
+                    self.step()
+                    elapsed_ms = (time.perf_counter() - started) * 1000.0
+                self.step_ms = STEP_COST_ALPHA * elapsed_ms + (1 - STEP_COST_ALPHA) * self.step_ms
+
+    def _busy(self) -> bool:
+        with self._cond:
+            return self._has_work() and not (self._closing and not (self.waiting or self.running))
 
     def step(self) -> list[LLMRequest]:
         """One iteration; returns the requests that finished in it."""

@@ -61,7 +61,7 @@ def _bench(args: argparse.Namespace) -> int:
         try:
             scenarios = tuple(args.scenario) if args.scenario else EngineBenchOptions.scenarios
             options = EngineBenchOptions(quick=args.quick, device=resolve_device(args.device), scenarios=scenarios,
-                                         ray=not args.no_ray)
+                                         ray=not args.no_ray, triton=not args.no_triton)
             result = run_engine_bench(options, log=lambda m: print(m, file=sys.stderr, flush=True))
         except ValueError as exc:
             print(f"error: {exc}", file=sys.stderr)
@@ -342,6 +342,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--scenario", action="append", metavar="NAME",
                        help="engine: run only these (single, shared_backbone, overload, swap)")
     bench.add_argument("--no-ray", action="store_true", help="engine: skip the Ray Serve peer")
+    bench.add_argument("--no-triton", action="store_true", help="engine: skip the Triton peer (it runs when "
+                       "`make triton-venv` has made .triton-venv)")
     bench.add_argument("--models-dir", type=Path, default=DEFAULT_REPOSITORY, metavar="DIR",
                        help="llm: model repository holding scene-lm")
     bench.add_argument("--trial-s", type=float, default=20.0, metavar="S",

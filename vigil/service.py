@@ -144,7 +144,8 @@ class Vigil:
         if not name:
             return
         try:
-            config = EngineConfig(max_waiting=self.settings.limits.max_waiting_llm_requests)
+            config = EngineConfig(max_waiting=self.settings.limits.max_waiting_llm_requests,
+                                  min_share=self.settings.llm_min_share)
             self.llm = load_llm(self.settings.model_repository, name, self.device, config, vision=self.engine,
                                 metrics=self.llm_metrics).start()
             threading.Thread(target=self._caption_loop, name="captions", daemon=True).start()
@@ -549,4 +550,4 @@ class Vigil:
                          "dropped": m["dropped"], "batch_size": m["batch_size"], "counts": a["counts"],
                          "streams": [{k: s[k] for k in ("name", "status", "last_error", "reconnects",
                                                          "frames_decoded", "frames_dropped")} for s in streams]})
-        return {"apps": apps, "streams": streams_now, "ready": self.ready}
+        return {"apps": apps, "streams": streams_now, "ready": self.ready, "device": self.engine.load_report()}

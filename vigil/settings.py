@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from apps.documents import DocumentError, load_yaml
 from apps.spec import format_errors
+from engine.share import MAX_SHARE
 from streams.urls import ALL_SCHEMES, DEFAULT_SCHEMES, SourcePolicy
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -79,6 +80,9 @@ class Settings(BaseModel):
     rollup_interval_s: float = Field(5.0, gt=0)
     llm_model: str | None = Field("scene-lm", description="LLM in the model repository; null: no LLM")
     caption_every_s: float = Field(10.0, ge=0, description="caption each stream this often; 0: never")
+    llm_min_share: float = Field(0.1, ge=0, le=MAX_SHARE, description="of device time owed to LLM steps "
+                                                                     "under full vision load; the rest of "
+                                                                     "the time they run in vision's slack")
     limits: Limits = Field(default_factory=Limits)
 
     def authorized(self, authorization: str | None) -> bool:

@@ -6,8 +6,12 @@ from __future__ import annotations
 import random
 import threading
 
+import numpy as np
 import pytest
 
+from engine.engine import Engine, Request
+from engine.repository import ModelRepository
+from vigil.offline import DEFAULT_REPOSITORY
 from llm.engine import EngineConfig, LLMEngine, LLMRequest
 from llm.model import LlamaModel
 from llm.sampling import SamplingParams
@@ -114,24 +118,42 @@ def test_no_kv_leak_after_ten_thousand_requests(tiny):
     assert not e.running and not e.waiting
 
 
-def test_vision_first_llm_waits_while_vision_has_work(tiny):
-    class Vision:
-        def __init__(self):
-            self.device_turn = threading.Lock()
-            self.queued = 1
+def test_llm_steps_keep_their_share_beside_a_saturated_vision_engine(tiny):
+    """SceneDet's queue never empties (two clients keep 12 frames each outstanding): the
+    LLM still finishes, taking about its `min_share` of device time (it once waited for
+    an empty vision queue, and never came)."""
+    frame = np.zeros((360, 640, 3), np.uint8)
+    stop = threading.Event()
+    with Engine(ModelRepository(DEFAULT_REPOSITORY), "cpu") as vision:
+        vision.load("scenedet")
 
-        def pending(self):
-            return self.queued
+        def keep_busy(client: int) -> None:
+            outstanding: list = []
+            while not stop.is_set():
+                while len(outstanding) < 12:
+                    outstanding.append(vision.submit(Request(f"cam{client}", "scenedet", frame, vision.clock(),
+                                                             60_000.0)))
+                outstanding.pop(0).result(60)
 
-    vision = Vision()
-    e = LLMEngine(LlamaModel.from_pretrained(tiny), Tokenizer(tiny), EngineConfig(num_blocks=16, block_size=4),
-                  vision=vision).start()
-    h = e.add_request("t1", SamplingParams(max_tokens=3, ignore_eos=True))
-    threading.Event().wait(0.3)
-    assert e.num_steps == 0  # vision has work queued: the LLM does not start a step
-    vision.queued = 0
-    assert h.result(10).finish_reason == "length"
-    e.close()
+        clients = [threading.Thread(target=keep_busy, args=(c,), daemon=True) for c in range(2)]
+        for c in clients:
+            c.start()
+        e = LLMEngine(LlamaModel.from_pretrained(tiny), Tokenizer(tiny),
+                      EngineConfig(num_blocks=64, block_size=4, min_share=0.2), vision=vision).start()
+        try:
+            threading.Event().wait(1.0)  # vision is saturated
+            before = dict(vision.share.report(), guest=vision.share.guest_ms, vision=vision.share.vision_ms)
+            h = e.add_request("t1 t2", SamplingParams(max_tokens=120, ignore_eos=True))
+            assert h.result(120).finish_reason == "length"
+            guest, seen = vision.share.guest_ms - before["guest"], vision.share.vision_ms - before["vision"]
+            by_share = vision.share.guest_steps_by_share - before["guest_steps_by_share"]
+        finally:
+            stop.set()
+            e.close()
+            for c in clients:
+                c.join(60)
+    assert by_share >= 60, by_share  # the steps ran on the share, not in slack: vision was saturated
+    assert 0.12 <= guest / (guest + seen) <= 0.35, (guest, seen)
 
 
 def test_a_requests_tokens_span_its_prompt_and_output():
