@@ -22,6 +22,7 @@ device loop: preprocessing runs on the submitting thread, postprocessing on a po
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections import deque
@@ -41,6 +42,7 @@ from engine.servables import ModelManager, Servable
 from engine.share import DeviceShare
 
 log = logging.getLogger("vigil.engine")
+SLOWDOWN_FADE_MS = 3000.0  # a session's learnt slowdown fades with this time constant while it runs nothing
 
 
 ADAPTIVE = "adaptive"  # Request.version: let the engine choose by load
@@ -192,10 +194,10 @@ class Engine:
         self._next_id = 0
         self._closing = False
         self._rates: dict[str, RateMeter] = {}  # model -> recent request rate (adaptive selection)
-        # session -> (mean, variance) of observed / profiled batch latency (EWMA): profiles
-        # are measured on an idle device; under load (host threads, other processes)
-        # batches run slower, and less evenly
-        self._slowdown: dict[str, tuple[float, float]] = {}
+        # session -> (mean, variance) of observed / profiled batch latency (EWMA), and when
+        # a batch last updated them: profiles are measured on an idle device; under load
+        # (host threads, other processes) batches run slower, and less evenly
+        self._slowdown: dict[str, tuple[float, float, float]] = {}
         self._host_ms: dict[str, float] = {}  # model -> host work per request (pre + post), EWMA
         self._selected: dict[tuple[str, str], int] = {}  # (app, model) -> version chosen last
         self._top_priority = 0  # highest request priority seen (later stages of lower ones reserve time)
@@ -490,9 +492,18 @@ class Engine:
         """The stored profile scaled by what serving shows: the observed/profiled latency
         ratio, plus two of its standard deviations (plan for the slow batches too)."""
         profile = self.manager.sessions[session].profile
-        mean, var = self._slowdown.get(session, (1.0, 0.0))
+        mean, var = self._slowed(session)
         factor = mean + 2.0 * var ** 0.5
         return profile if abs(factor - 1.0) < 0.02 else profile.scaled(factor)
+
+    def _slowed(self, session: str) -> tuple[float, float]:
+        """The observed/profiled latency ratio (mean, variance), fading back to the profile
+        while the session runs nothing: a slowdown is learnt only from batches that run,
+        so a session whose every request is dropped as hopeless under a slow spell would
+        otherwise never learn that the spell has passed."""
+        mean, var, at = self._slowdown.get(session, (1.0, 0.0, 0.0))
+        kept = math.exp(-max(0.0, self.clock() - at) / SLOWDOWN_FADE_MS)
+        return 1.0 + (mean - 1.0) * kept, var * kept
 
     def _take(self, ids: dict[int, str]) -> list[tuple[_Entry, str]]:
         taken = []
@@ -534,9 +545,9 @@ class Engine:
         self.metrics.device_seconds.labels("vision").inc(elapsed_ms / 1000.0)
         if info is not None and self.adapt_profiles:
             ratio = min(4.0, max(0.5, elapsed_ms / max(info.profile.latency_ms(len(batch)), 1e-3)))
-            mean, var = self._slowdown.get(session, (ratio, 0.0))
+            mean, var = self._slowdown.get(session, (ratio, 0.0, 0.0))[:2]
             mean = 0.9 * mean + 0.1 * ratio
-            self._slowdown[session] = (mean, 0.9 * var + 0.1 * (ratio - mean) ** 2)
+            self._slowdown[session] = (mean, 0.9 * var + 0.1 * (ratio - mean) ** 2, self.clock())
         self.policy.feedback(session, len(batch), elapsed_ms, min(e.budget_ms for e in batch))
         self.metrics.batch(info.label.split("/")[0] if info else "?", frag.name, len(batch))
         ready: list[_State] = []

@@ -242,3 +242,24 @@ def test_labels_set_while_serving_survive_load_and_reload(tmp_path, engine_facto
     engine.reload("m")
     assert engine.models()["m"]["labels"] == {"stable": 2}
     assert engine.submit(request(version="stable", engine=engine)).result(timeout=10).version == 2
+
+
+def test_a_slowdown_learnt_under_load_fades_while_the_session_runs_nothing(tmp_path):
+    """Batches that ran 4x slower than profiled teach the engine to plan with 4x; a
+    session whose every request is then dropped as hopeless runs no batch to unlearn
+    it, so the learnt factor fades with time, back to the profile."""
+    write_model(tmp_path, "m", 1, {"split": []})
+    now = [0.0]
+    with Engine(ModelRepository(tmp_path), "cpu", clock=lambda: now[0]) as engine:
+        engine.load("m")
+        session = next(iter(engine.manager.sessions))
+        base = engine.manager.sessions[session].profile.latency_ms(1)
+        engine._slowdown[session] = (4.0, 0.0, now[0])  # what slow batches taught it
+        slo = 2.5 * base  # too tight at 4x, easy at 1x
+        assert engine._current_profile(session).latency_ms(1) == pytest.approx(4 * base, rel=1e-3)
+        with pytest.raises(Dropped, match="deadline"):
+            engine.submit(request(engine=engine, slo_ms=slo)).result(timeout=10)
+        now[0] += 30_000.0  # the slow spell is over; nothing of this session ran meanwhile
+        assert engine._current_profile(session).latency_ms(1) == pytest.approx(base, rel=0.01)
+        assert engine.submit(request(engine=engine, slo_ms=1e9)).result(timeout=10).version == 1
+        assert engine._slowdown[session][2] == now[0]  # a batch ran: the slowdown is measured afresh
