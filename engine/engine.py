@@ -285,6 +285,10 @@ class Engine:
                 states.append(state)
         for state in hopeless:  # dropped at the door: no host work spent on them
             self._fail(state, "deadline", "the queue ahead cannot clear in time")
+            shed = getattr(self.policy, "shed", None)  # fair-share policies count it against the app
+            if shed is not None:
+                with self._cond:
+                    shed(state.request.app)
         # Host work outside the lock: preprocess each distinct root input once. An image
         # the model cannot take fails its own request ("invalid"), never the others.
         inputs: dict[int, Any] = {}
@@ -325,7 +329,14 @@ class Engine:
         key = self._key(state.request)
         if key is not None and (root.hash, key) in self._pending:
             return False
-        ahead = sum(1 for e in self._queues.get(root.hash, []) if e.priority >= state.request.priority)
+        # Ahead of it: higher priorities, its own app's, and those of equal-priority apps
+        # served no better than its own lately (as the policy orders them); counting every
+        # equal-priority entry would always drop the app whose frames come a little later.
+        served = getattr(self.policy, "served", {})
+        app, priority = state.request.app, state.request.priority
+        mine = served.get(app, 1.0)
+        ahead = sum(1 for e in self._queues.get(root.hash, []) if e.priority > priority or (
+            e.priority == priority and (e.flow == app or served.get(e.flow, 1.0) <= mine)))
         if ahead == 0:
             return False
         profile = self._current_profile(root.hash)

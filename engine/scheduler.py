@@ -144,6 +144,10 @@ class NexusPolicy:
             return Plan(dropped=tuple(dropped), wait_until_ms=min(wakes, default=None))
         return Plan(best[0], tuple(w.item_id for w in best[2]), tuple(dropped))
 
+    def shed(self, flow: str) -> None:
+        """An item of `flow` was dropped before it reached a queue (at admission)."""
+        self._account([flow], 0.0)
+
     def _account(self, flows: list[str], outcome: float) -> None:
         if len(self.served) > MAX_FLOWS:  # flows come and go (gRPC peers): forget them all now and then
             self.served.clear()

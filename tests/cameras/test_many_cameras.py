@@ -43,6 +43,11 @@ def measured(tmp_path_factory, bundled_clips):
     srv = VigilServer(tmp_path_factory.mktemp("many") / "data", config={"llm_model": None}).start()
     api = httpx.Client(base_url=srv.url, timeout=60)
     try:
+        # Load (and, on a fresh clone, profile) SceneDet before any stream decodes: a
+        # profile measured beside four decoders would be wrong, and would take the
+        # first two minutes of the test.
+        r = api.post("/v1/models/scenedet/load", json={}, timeout=600)
+        assert r.status_code == 200 and r.json()["loaded"], r.text
         for i in range(N):
             r = api.post("/v1/streams", json={"name": f"cam{i}", "url": str(clip(bundled_clips, i)),
                                               "options": {"loop": True}})
