@@ -22,9 +22,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -35,6 +32,8 @@ from typing import Callable
 
 import httpx
 import yaml
+
+from bench.launch import Launched, free_ports
 
 ROOT = Path(__file__).resolve().parents[1]
 CLIPS = sorted((ROOT / "sample_videos").glob("*.mp4"))
@@ -60,40 +59,22 @@ class ServeBenchOptions:
             raise ValueError("window_s in (0, 3600], warmup_s in [0, 3600] and bound_s in (0, 600]")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class _Server:
     """`vigil serve` in its own process, the way a user starts it (the vision path; with
     `captions`, scene-lm captions every stream too)."""
 
     def __init__(self, workdir: Path, device: str, captions: bool = False) -> None:
-        self.port = _free_port()
+        self.port = free_ports(1)[0]
         self.url = f"http://127.0.0.1:{self.port}"
         config = workdir / "vigil.yaml"
         llm = {"llm_model": "scene-lm", "caption_every_s": CAPTION_EVERY_S} if captions else \
             {"llm_model": None, "caption_every_s": 0}
         config.write_text(yaml.safe_dump({**llm, "limits": {"media_dirs": [str(ROOT / "sample_videos")]}}))
-        self.log = open(workdir / "serve.log", "w")
-        self.proc = subprocess.Popen([sys.executable, "-m", "vigil.cli", "serve", "--config", str(config),
-                                      "--port", str(self.port), "--grpc-port", "0", "--data-dir",
-                                      str(workdir / "data"), "--device", device],
-                                     cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"vigil serve exited; see {workdir / 'serve.log'}")
-            try:
-                if httpx.get(f"{self.url}/readyz", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.3)
-        self.stop()
-        raise RuntimeError(f"vigil serve did not become ready; see {workdir / 'serve.log'}")
+        self.server = Launched("vigil serve", [sys.executable, "-m", "vigil.cli", "serve", "--config", str(config),
+                                               "--port", str(self.port), "--grpc-port", "0", "--data-dir",
+                                               str(workdir / "data"), "--device", device],
+                               ROOT, workdir / "serve.log", f"{self.url}/readyz", 120)
+        self.proc = self.server.proc
 
     def rss_mb(self) -> float:
         for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
@@ -106,14 +87,7 @@ class _Server:
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-        self.log.close()
+        self.server.stop()
 
 
 def _app_spec(i: int) -> dict:

@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
-import subprocess
 import tempfile
 import threading
 import time
@@ -25,6 +23,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 
+from bench.launch import Launched, free_ports
 from bench.workload import Pending, Stream, run_trial, search_goodput
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,54 +35,22 @@ CANDIDATES = ((4, 2000, (4,)), (8, 5000, (4, 8)), (16, 10000, (8, 16)), (32, 200
 QUICK_CANDIDATES = ((8, 5000, (4, 8)),)
 
 
-def _free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
 class TritonServer:
-    """`python -m bench.triton_server` in the Triton venv, until it answers ready."""
+    """`python -m bench.triton_server` in the Triton venv, until its model answers ready."""
 
     def __init__(self, folder: Path, max_batch: int, delay_us: int, preferred: tuple[int, ...], threads: int,
                  log_dir: Path) -> None:
-        http, grpc, metrics = _free_ports(3)
+        http, grpc, metrics = free_ports(3)
         self.url = f"http://127.0.0.1:{http}"
-        self.log_path = log_dir / f"triton-{max_batch}-{delay_us}.log"
-        self.log = open(self.log_path, "w")
-        self.proc = subprocess.Popen(
-            [str(TRITON_PYTHON), "-m", "bench.triton_server", str(folder), "--http-port", str(http),
-             "--grpc-port", str(grpc), "--metrics-port", str(metrics), "--max-batch", str(max_batch),
-             "--delay-us", str(delay_us), "--threads", str(threads), "--preferred", *map(str, preferred)],
-            cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                self.log.close()
-                raise RuntimeError(f"Triton exited ({self.proc.returncode}): {self.log_path.read_text()[-2000:]}")
-            try:
-                if httpx.get(f"{self.url}/v2/models/{MODEL}/ready", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.5)
-        self.stop()
-        raise RuntimeError(f"Triton did not become ready in {START_TIMEOUT_S:.0f} s; see {self.log_path}")
+        self._server = Launched(
+            "Triton", [str(TRITON_PYTHON), "-m", "bench.triton_server", str(folder), "--http-port", str(http),
+                       "--grpc-port", str(grpc), "--metrics-port", str(metrics), "--max-batch", str(max_batch),
+                       "--delay-us", str(delay_us), "--threads", str(threads), "--preferred", *map(str, preferred)],
+            ROOT, log_dir / f"triton-{max_batch}-{delay_us}.log", f"{self.url}/v2/models/{MODEL}/ready",
+            START_TIMEOUT_S, new_session=True)
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-        self.log.close()
+        self._server.stop()
 
 
 def infer_body(frame: np.ndarray) -> tuple[bytes, dict[str, str]]:

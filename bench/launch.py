@@ -1,0 +1,56 @@
+"""A benchmark's servers, each in a process of its own started the way a user starts
+it, with its output in a log file: up when its readiness URL answers 200."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+
+
+def free_ports(n: int) -> list[int]:
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+class Launched:
+    def __init__(self, what: str, command: list[str], cwd: Path, log_path: Path, ready_url: str,
+                 timeout_s: float, new_session: bool = False) -> None:
+        self.what, self.log_path = what, log_path
+        self.log = open(log_path, "w")
+        self.proc = subprocess.Popen(command, cwd=cwd, stdout=self.log, stderr=subprocess.STDOUT,
+                                     start_new_session=new_session)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                self.log.close()
+                raise RuntimeError(f"{what} exited ({self.proc.returncode}); {log_path} ends: "
+                                   f"{log_path.read_text()[-2000:]}")
+            try:
+                if httpx.get(ready_url, timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.3)
+        self.stop()
+        raise RuntimeError(f"{what} did not become ready in {timeout_s:.0f} s; see {log_path}")
+
+    def stop(self) -> None:
+        """SIGTERM, then SIGKILL after a minute."""
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        self.log.close()
