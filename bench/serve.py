@@ -70,7 +70,7 @@ class _Server:
         llm = {"llm_model": "scene-lm", "caption_every_s": CAPTION_EVERY_S} if captions else \
             {"llm_model": None, "caption_every_s": 0}
         config.write_text(yaml.safe_dump({**llm, "limits": {"media_dirs": [str(ROOT / "sample_videos")]}}))
-        self.server = Launched("vigil serve", [sys.executable, "-m", "vigil.cli", "serve", "--config", str(config),
+        self.server = Launched("vigil serve", [sys.executable, "-m", "vigil", "serve", "--config", str(config),
                                                "--port", str(self.port), "--grpc-port", "0", "--data-dir",
                                                str(workdir / "data"), "--device", device],
                                ROOT, workdir / "serve.log", f"{self.url}/readyz", 120)

@@ -75,7 +75,7 @@ def test_outputs_are_written_and_consistent(short_clip, tmp_path):
 
 
 def vigil(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "vigil.cli", *args], capture_output=True, text=True, timeout=300)
+    return subprocess.run([sys.executable, "-m", "vigil", *args], capture_output=True, text=True, timeout=300)
 
 
 def test_cli_missing_file_is_one_line(tmp_path):

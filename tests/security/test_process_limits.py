@@ -19,7 +19,7 @@ from support.processes import ROOT, VigilServer, free_port, wait_for
 def serve_once(*args: str, cwd=ROOT, timeout_s: float = 90, preexec_fn=None) -> subprocess.CompletedProcess:
     """`vigil serve` that is expected to stop by itself (it cannot start)."""
     env = {k: v for k, v in os.environ.items() if k != "VIGIL_API_KEYS"}
-    return subprocess.run([sys.executable, "-m", "vigil.cli", "serve", "--device", "cpu", *args], cwd=cwd, env=env,
+    return subprocess.run([sys.executable, "-m", "vigil", "serve", "--device", "cpu", *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=timeout_s, preexec_fn=preexec_fn)
 
 

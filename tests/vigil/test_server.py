@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import httpx
 import pytest
@@ -155,12 +156,22 @@ def test_broken_sources_get_a_status_and_disturb_nothing_else(api, short_clip, b
         assert api.delete(f"/v1/streams/{name}").status_code == 204
 
 
+def test_the_server_runs_under_jemalloc_when_it_is_installed(server):
+    from vigil.allocator import find_jemalloc
+
+    if find_jemalloc() is None:  # `make test` installs it (libjemalloc2)
+        pytest.skip("libjemalloc.so.2 is not installed")
+    assert "libjemalloc" in Path(f"/proc/{server.proc.pid}/maps").read_text()
+    environ = Path(f"/proc/{server.proc.pid}/environ").read_bytes().split(b"\0")
+    assert b"MALLOC_CONF=oversize_threshold:0" in environ
+
+
 def test_cli_talks_to_the_api(server):
-    out = subprocess.run([sys.executable, "-m", "vigil.cli", "streams", "list", "--url", server.url],
+    out = subprocess.run([sys.executable, "-m", "vigil", "streams", "list", "--url", server.url],
                          capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert out.returncode == 0, out.stderr
     assert "street" in [s["name"] for s in json.loads(out.stdout)]
-    out = subprocess.run([sys.executable, "-m", "vigil.cli", "apps", "get", "nosuch", "--url", server.url],
+    out = subprocess.run([sys.executable, "-m", "vigil", "apps", "get", "nosuch", "--url", server.url],
                          capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert out.returncode == 1 and "404" in out.stderr
 
