@@ -11,6 +11,9 @@ DEMO_OUT ?= demo-out
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[dev]'
+	# Ultralytics' own decode is the reference of tests/engine/test_yolo.py; without its
+	# dependencies (they would bring opencv-python beside the headless build)
+	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps 'ultralytics==$(ULTRALYTICS)'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -22,12 +25,13 @@ demo: $(STAMP)
 # What the tests start for real: GStreamer's RTSP server (run by the system python),
 # Chromium for the dashboard, OpenCV's sample footage. Installed with apt-get when
 # missing and we are root; otherwise the command to run is printed.
+ULTRALYTICS := 8.4.190
 SYSTEM_PACKAGES := python3-gi gir1.2-gst-rtsp-server-1.0 gstreamer1.0-plugins-base gstreamer1.0-plugins-good \
-	gstreamer1.0-plugins-bad chromium opencv-doc
+	gstreamer1.0-plugins-bad chromium opencv-doc libjemalloc2
 system-deps:
 	@if /usr/bin/python3 -c "import gi; gi.require_version('GstRtspServer', '1.0'); from gi.repository import GstRtspServer" 2>/dev/null \
 		&& test -x /usr/bin/chromium && test -f /usr/share/doc/opencv-doc/examples/data/vtest.avi \
-		&& gst-inspect-1.0 h264parse >/dev/null 2>&1; then :; \
+		&& gst-inspect-1.0 h264parse >/dev/null 2>&1 && test -f /usr/lib/$$(uname -m)-linux-gnu/libjemalloc.so.2; then :; \
 	elif [ "$$(id -u)" = 0 ]; then \
 		DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(SYSTEM_PACKAGES) gstreamer1.0-tools >/dev/null; \

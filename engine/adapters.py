@@ -24,7 +24,7 @@ from typing import Any, Callable
 import numpy as np
 
 from engine.detections import Detections
-from engine.repository import ModelSpec, RepositoryError
+from engine.repository import YOLO_KINDS, ModelSpec, RepositoryError
 from engine.tracing import TracedModule
 
 log = logging.getLogger("vigil.engine")
@@ -115,12 +115,44 @@ class LoadedModel:
             xyxy[:, [1, 3]] = xyxy[:, [1, 3]].clip(0, height - 1)
             label_ids = np.array([self.spec.labels.index(n) for n in self.spec.heads[leaf]], np.int64)
             return Detections(xyxy, score, label_ids[cls])
+        if kind in YOLO_KINDS:
+            return yolo_detections(self.spec, output, frame_size)
         import torch
 
         tensor = output.float().cpu()
         if kind == "classification":
             tensor = torch.softmax(tensor, dim=-1)
         return tensor.numpy()
+
+
+def yolo_detections(spec: ModelSpec, output: Any, frame_size: tuple[int, int]) -> Detections:
+    """One image's YOLO output -> Detections in frame pixels (engine/yolo.py)."""
+    from engine import yolo
+
+    post = spec.postprocess
+    check_output(spec, output)
+    found = yolo.suppress(spec.output, yolo.candidates(spec.output, output.cpu(), post.min_score),
+                          post.nms_iou, post.max_detections, post.class_agnostic)
+    known = (found.cls >= 0) & (found.cls < len(spec.labels))  # an end2end class outside the labels is not ours
+    xyxy = yolo.to_frame(found.xyxy[known].numpy(), frame_size, input_hw(spec, frame_size),
+                         spec.input.letterbox is not None)
+    return Detections(xyxy, found.score[known].numpy(), found.cls[known].numpy())
+
+
+def check_output(spec: ModelSpec, output: Any) -> None:
+    """One item's output against the declared kind; OutputMismatch names both."""
+    if spec.output in YOLO_KINDS:
+        from engine.yolo import LayoutError, check_layout
+
+        shape = tuple(getattr(output, "shape", ()))
+        try:
+            check_layout(spec.output, shape, len(spec.labels))
+        except LayoutError as exc:
+            raise OutputMismatch(str(exc)) from None
+
+
+class OutputMismatch(ValueError):
+    """A model's output does not have the layout its `output:` kind declares."""
 
 
 def _scale_for(spec: ModelSpec, frame_size: tuple[int, int]) -> float:
@@ -143,9 +175,11 @@ def torch_hash(module, extra: dict) -> str:
 
 # -- preprocessing ---------------------------------------------------------------------------
 def image_preprocess(spec: ModelSpec, device: str) -> Callable[[np.ndarray], list[Any]]:
-    """Frames [N, H, W, 3] uint8 -> per-frame [3, h, w] uint8 tensors on the device,
-    resized and padded. They stay 8-bit until a batch is formed (`image_input`): a
-    quarter of the memory in queues and of the bytes sent to a GPU."""
+    """Frames [N, H, W, 3] uint8 RGB -> per-frame [3, h, w] uint8 tensors on the device:
+    resized (and padded with `scale` or the frame's own size), letterboxed, or resized
+    to a fixed size, in the channel order the model expects. They stay 8-bit until a
+    batch is formed (`image_input`): a quarter of the memory in queues and of the bytes
+    sent to a GPU."""
     import cv2
     import torch
 
@@ -153,20 +187,39 @@ def image_preprocess(spec: ModelSpec, device: str) -> Callable[[np.ndarray], lis
 
     def run(frames: np.ndarray) -> list[Any]:
         n, height, width, _ = frames.shape
-        if inp.size is not None:
-            h, w = inp.size
-        elif inp.scale is not None:
-            h, w = int(round(height * inp.scale)), int(round(width * inp.scale))
+        if inp.letterbox is not None:
+            from engine.yolo import letterbox
+
+            out = np.stack([letterbox(frames[i], inp.letterbox) for i in range(n)])
         else:
-            h, w = height, width
-        ph, pw = -(-h // inp.pad_to) * inp.pad_to, -(-w // inp.pad_to) * inp.pad_to
-        out = np.zeros((n, ph, pw, 3), np.uint8)
-        for i in range(n):
-            out[i, :h, :w] = frames[i] if (h, w) == (height, width) else \
-                cv2.resize(frames[i], (w, h), interpolation=cv2.INTER_AREA)
+            if inp.size is not None:
+                h, w = inp.size
+                ph, pw = h, w  # a fixed input is never padded
+            else:
+                h, w = (int(round(height * inp.scale)), int(round(width * inp.scale))) if inp.scale is not None \
+                    else (height, width)
+                ph, pw = -(-h // inp.pad_to) * inp.pad_to, -(-w // inp.pad_to) * inp.pad_to
+            out = np.zeros((n, ph, pw, 3), np.uint8)
+            for i in range(n):
+                out[i, :h, :w] = frames[i] if (h, w) == (height, width) else \
+                    cv2.resize(frames[i], (w, h), interpolation=cv2.INTER_AREA)
+        if inp.color == "bgr":
+            out = np.ascontiguousarray(out[..., ::-1])
         return list(torch.from_numpy(out).to(device).permute(0, 3, 1, 2).unbind(0))
 
     return run
+
+
+def input_hw(spec: ModelSpec, frame_size: tuple[int, int]) -> tuple[int, int] | None:
+    """[height, width] the frame was resized to before any padding (None: its own)."""
+    inp = spec.input
+    if inp.letterbox is not None:
+        return inp.letterbox
+    if inp.size is not None:
+        return inp.size
+    if inp.scale is not None:
+        return int(round(frame_size[1] * inp.scale)), int(round(frame_size[0] * inp.scale))
+    return None
 
 
 def image_input(spec: ModelSpec, device: str, run: Callable[[Any], Any]) -> Callable[[Any], Any]:
@@ -218,11 +271,25 @@ def load_model(spec: ModelSpec, folder: Path, version: int, device: str) -> Load
         builder = {"python": _torch_model, "torchvision": _torch_model, "torchscript": _scripted,
                    "torch_export": _exported, "onnx": _onnx, "opencv_hog": _opencv,
                    "opencv_haar": _opencv}[spec.adapter]
-        return builder(spec, folder, version, device)
+        model = builder(spec, folder, version, device)
+        if spec.output in YOLO_KINDS:
+            _probe(model, yaml_path)
+        return model
     except RepositoryError:
         raise
     except Exception as exc:  # an adapter's own failure still names the file
         raise RepositoryError(f"{yaml_path}: cannot load ({type(exc).__name__}: {exc})") from None
+
+
+def _probe(model: LoadedModel, yaml_path: Path) -> None:
+    """Run one blank frame through a decoded model, so that an output that does not fit
+    its kind fails the load (naming the file, the kind and both layouts) instead of
+    serving nothing."""
+    height, width = model.spec.input.profile_frame
+    try:
+        model.infer(np.zeros((1, height, width, 3), np.uint8))
+    except OutputMismatch as exc:
+        raise RepositoryError(f"{yaml_path}: output: {exc}") from None
 
 
 def _root_extra(spec: ModelSpec) -> dict:

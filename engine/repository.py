@@ -22,7 +22,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 ADAPTERS = ("python", "torchvision", "torchscript", "torch_export", "onnx", "opencv_hog", "opencv_haar")
-OUTPUT_KINDS = ("centernet", "classification", "tensor", "detections")
+YOLO_KINDS = ("yolo", "yolov5", "yolo_end2end")  # decoded by engine/yolo.py
+OUTPUT_KINDS = ("centernet", "classification", "tensor", "detections", *YOLO_KINDS)
 NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 
 
@@ -36,18 +37,37 @@ class InputSpec(BaseModel):
     kind: Literal["image", "tensor"] = "image"
     scale: float | None = Field(None, gt=0, le=4, description="resize the frame by this factor")
     size: tuple[int, int] | None = Field(None, description="resize the frame to [height, width]")
-    pad_to: int = Field(32, ge=1, description="pad height and width up to a multiple of this")
+    letterbox: tuple[int, int] | None = Field(None, description="fit the frame into [height, width], keeping its "
+                                              "aspect ratio, centred and padded with grey 114 (Ultralytics' LetterBox)")
+    color: Literal["rgb", "bgr"] = Field("rgb", description="channel order the model expects")
+    pad_to: int = Field(32, ge=1, le=1024, description="pad height and width up to a multiple of this (with scale or "
+                        "the frame's own size; a fixed size or letterbox is never padded)")
     profile_frame: tuple[int, int] = Field((360, 640), description="[height, width] of the frames used to profile")
     mean: tuple[float, float, float] | None = Field(None, description="subtract per channel after scaling to [0, 1]")
     std: tuple[float, float, float] | None = Field(None, description="then divide per channel")
 
     @model_validator(mode="after")
     def _one_of(self) -> "InputSpec":
-        if self.scale is not None and self.size is not None:
-            raise ValueError("give either scale or size, not both")
+        if sum(v is not None for v in (self.scale, self.size, self.letterbox)) > 1:
+            raise ValueError("give one of scale, size and letterbox")
+        for name in ("size", "letterbox"):
+            hw = getattr(self, name)
+            if hw is not None and not all(1 <= v <= 8192 for v in hw):
+                raise ValueError(f"{name}: [height, width] between 1 and 8192; was {list(hw)}")
         if (self.mean is None) != (self.std is None):
             raise ValueError("give mean and std together")
         return self
+
+
+class PostprocessSpec(BaseModel):
+    """How detections are kept (YOLO outputs); the defaults are Ultralytics' predict defaults."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    min_score: float = Field(0.25, ge=0, le=1, description="candidates at or under this score are dropped")
+    nms_iou: float = Field(0.7, gt=0, le=1, description="overlap above which NMS keeps only the better box")
+    max_detections: int = Field(300, ge=1, le=10000, description="most detections kept per image")
+    class_agnostic: bool = Field(False, description="NMS across classes instead of within each")
 
 
 class FragmentSpec(BaseModel):
@@ -72,6 +92,7 @@ class ModelSpec(BaseModel):
     split: list[str | FragmentSpec] = Field(default_factory=list, description="fragments: named child modules")
     input: InputSpec = Field(default_factory=InputSpec)
     output: str = "tensor"
+    postprocess: PostprocessSpec = Field(default_factory=PostprocessSpec)
     labels: list[str] = Field(default_factory=list)
     heads: dict[str, list[str]] = Field(default_factory=dict, description="leaf fragment -> the labels it detects")
     batch_sizes: list[int] = Field(default_factory=lambda: [1, 2, 4, 8, 16], description="sizes to profile and run")
@@ -108,6 +129,8 @@ class ModelSpec(BaseModel):
             raise ValueError(f"weights: the {self.adapter} adapter needs a weights file (or 'random' for benchmarks)")
         if self.weights == "random" and self.adapter not in ("python", "torchvision"):
             raise ValueError("weights: 'random' only makes sense for python and torchvision models")
+        if self.output in YOLO_KINDS and not self.labels:
+            raise ValueError(f"labels: a {self.output} model needs its class names, in the order of its outputs")
         names = [f if isinstance(f, str) else f.name for f in self.split]
         if len(set(names)) != len(names):
             raise ValueError(f"split: fragment names repeat: {names}")
