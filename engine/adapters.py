@@ -312,9 +312,14 @@ def _build_torch(spec: ModelSpec, folder: Path):
     else:
         import torchvision
 
-        if spec.arch not in torchvision.models.list_models(module=torchvision.models):
-            raise RepositoryError(f"{yaml_path}: arch: unknown torchvision architecture {spec.arch!r}")
-        model = torchvision.models.get_model(spec.arch, weights=None, **spec.config)
+        if spec.arch in torchvision_detectors():
+            # weights_backbone=None: a builder's default would download ImageNet weights
+            model = torchvision.models.get_model(spec.arch, weights=None, weights_backbone=None, **spec.config)
+        elif spec.arch in torchvision.models.list_models(module=torchvision.models):
+            model = torchvision.models.get_model(spec.arch, weights=None, **spec.config)
+        else:
+            raise RepositoryError(f"{yaml_path}: arch: unknown torchvision architecture {spec.arch!r} (classifiers: "
+                                  f"torchvision.models.list_models(); detectors: {', '.join(torchvision_detectors())})")
     if spec.weights == "random":
         log.warning("%s: RANDOM WEIGHTS (benchmarks only): outputs are meaningless", yaml_path)
         return model, True
@@ -332,11 +337,56 @@ def _build_torch(spec: ModelSpec, folder: Path):
     return model, False
 
 
-def _torch_model(spec: ModelSpec, folder: Path, version: int, device: str) -> LoadedModel:
+def torchvision_detectors() -> list[str]:
+    """torchvision's detection builders whose output Vigil reads (boxes, labels, scores;
+    Mask R-CNN's masks and Keypoint R-CNN's keypoints are left out)."""
+    import torchvision
+
+    return torchvision.models.list_models(module=torchvision.models.detection)
+
+
+def _torchvision_detector(spec: ModelSpec, folder: Path, version: int, device: str, model,
+                          random: bool) -> LoadedModel:
+    """The model's own transform (resize, normalise) runs inside it, on whole frames;
+    its list of {boxes, labels, scores} per image becomes Detections in frame pixels,
+    with torchvision's label ids (0 is the background)."""
     import torch
+
+    yaml_path = folder / "model.yaml"
+    if spec.split:
+        raise RepositoryError(f"{yaml_path}: split: torchvision detectors run as one fragment")
+    classes = spec.config.get("num_classes", 91)
+    if len(spec.labels) != classes:
+        raise RepositoryError(f"{yaml_path}: labels: {spec.arch} has {classes} classes (num_classes, with the "
+                              f"background at 0); labels lists {len(spec.labels)}")
+    if spec.output not in ("detections", "tensor"):
+        raise RepositoryError(f"{yaml_path}: output: a torchvision detector gives detections; was {spec.output!r}")
+    model = model.to(device)
+
+    def run(batch: list) -> list:
+        with torch.inference_mode():
+            return model([image.float().div(255.0) for image in batch])
+
+    def split(out: list, n: int) -> list[Detections]:
+        return [Detections(o["boxes"].float().cpu().numpy(), o["scores"].float().cpu().numpy(),
+                           o["labels"].cpu().numpy()) for o in out]
+
+    def preprocess(frames: np.ndarray) -> list:
+        return [torch.from_numpy(np.ascontiguousarray(f)).to(device).permute(2, 0, 1) for f in frames]
+
+    frag = Fragment("model", torch_hash(model, {"adapter": "torchvision", "arch": spec.arch}), None, run,
+                    _list_collate, split, model)
+    spec = spec.model_copy(update={"output": "detections"})
+    return LoadedModel(spec, version, folder, device, {"model": frag}, random, preprocess)
+
+
+def _torch_model(spec: ModelSpec, folder: Path, version: int, device: str) -> LoadedModel:
     from torch import nn
 
     model, random = _build_torch(spec, folder)
+    model.eval()
+    if spec.adapter == "torchvision" and spec.arch in torchvision_detectors():
+        return _torchvision_detector(spec, folder, version, device, model, random)
     model.eval()
     children = dict(model.named_children())
     parts: dict[str, nn.Module] = {}
