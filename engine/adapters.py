@@ -103,7 +103,7 @@ class LoadedModel:
         """One item's leaf output -> Detections (detectors) or a numpy array."""
         kind = self.spec.output
         if kind == "detections":
-            return output
+            return named_detections(self.spec, output, frame_size) if isinstance(output, dict) else output
         if kind == "centernet":
             from engine.models.scenedet import decode
 
@@ -137,6 +137,18 @@ def yolo_detections(spec: ModelSpec, output: Any, frame_size: tuple[int, int]) -
     xyxy = yolo.to_frame(found.xyxy[known].numpy(), frame_size, input_hw(spec, frame_size),
                          spec.input.letterbox is not None)
     return Detections(xyxy, found.score[known].numpy(), found.cls[known].numpy())
+
+
+def named_detections(spec: ModelSpec, output: dict, frame_size: tuple[int, int]) -> Detections:
+    """One image's named outputs (boxes in input pixels, scores, labels) -> Detections."""
+    from engine.yolo import to_frame
+
+    scores = output["scores"].float().cpu().numpy().reshape(-1)
+    labels = output["labels"].cpu().numpy().astype(np.int64).reshape(-1)
+    boxes = output["boxes"].float().cpu().numpy().reshape(-1, 4)
+    keep = scores >= spec.postprocess.min_score
+    xyxy = to_frame(boxes[keep], frame_size, input_hw(spec, frame_size), spec.input.letterbox is not None)
+    return Detections(xyxy, scores[keep], labels[keep])
 
 
 def check_output(spec: ModelSpec, output: Any) -> None:
@@ -478,24 +490,73 @@ def _onnx(spec: ModelSpec, folder: Path, version: int, device: str) -> LoadedMod
     import onnxruntime as ort
     import torch
 
+    yaml_path = folder / "model.yaml"
     path = folder / spec.weights
-    providers = ["CUDAExecutionProvider", "CPUExecutionProvider"] if device.startswith("cuda") else ["CPUExecutionProvider"]
+    providers = ["CUDAExecutionProvider", "CPUExecutionProvider"] if device.startswith("cuda") \
+        else ["CPUExecutionProvider"]
     available = set(ort.get_available_providers())
     try:
         session = ort.InferenceSession(str(path), providers=[p for p in providers if p in available])
     except Exception as exc:
-        raise RepositoryError(f"{folder / 'model.yaml'}: weights: {path.name} is not a valid ONNX model ({exc})") from None
-    input_name = session.get_inputs()[0].name
+        raise RepositoryError(f"{yaml_path}: weights: {path.name} is not a valid ONNX model ({exc})") from None
+    if spec.split:
+        raise RepositoryError(f"{yaml_path}: split: onnx models run as one fragment")
+    first = session.get_inputs()[0]
+    spec, fixed_batch = fit_to_file(spec, list(first.shape), yaml_path, path.name)
+    names = [o.name for o in session.get_outputs()]
+    missing = sorted(set(spec.outputs.values()) - set(names))
+    if missing:
+        raise RepositoryError(f"{yaml_path}: outputs: {path.name} has no output {', '.join(map(repr, missing))} "
+                              f"(its outputs: {', '.join(names)})")
 
     def run(batch):
-        out = session.run(None, {input_name: batch.detach().cpu().numpy()})[0]
-        return torch.from_numpy(out)
+        n = batch.shape[0]
+        x = batch.detach().cpu().numpy()
+        if fixed_batch is not None and n < fixed_batch:  # a fixed-batch export: pad, then drop the padding
+            x = np.concatenate([x, np.zeros((fixed_batch - n, *x.shape[1:]), x.dtype)])
+        if not spec.outputs:
+            return torch.from_numpy(session.run(names[:1], {first.name: x})[0][:n])
+        roles = list(spec.outputs)
+        values = session.run([spec.outputs[r] for r in roles], {first.name: x})
+        if values[roles.index("boxes")].ndim == 2:  # one image's detections, without a batch dimension
+            values = [v[None] for v in values]
+        return {r: torch.from_numpy(v[:n]) for r, v in zip(roles, values)}
 
     frag = Fragment("model", _file_hash(path, {"adapter": "onnx", **_root_extra(spec)}), None,
                     image_input(spec, "cpu", run), _torch_collate, _torch_split, session)
-    if spec.split:
-        raise RepositoryError(f"{folder / 'model.yaml'}: split: onnx models run as one fragment")
     return LoadedModel(spec, version, folder, device, {"model": frag}, False, image_preprocess(spec, "cpu"))
+
+
+def fit_to_file(spec: ModelSpec, shape: list, yaml_path: Path, filename: str) -> tuple[ModelSpec, int | None]:
+    """The input size and batch a file fixes, over what model.yaml says: a fixed batch
+    is the only batch size served (smaller batches are padded to it), and a fixed
+    height and width become `input.size` (`letterbox` for YOLO kinds) when model.yaml
+    gives neither; one it gives that disagrees with the file is an error."""
+    if spec.input.kind != "image":
+        return spec, None
+    if len(shape) != 4:
+        raise RepositoryError(f"{yaml_path}: input: {filename} takes {shape}; an image model takes "
+                              "[batch, 3, height, width]")
+    batch = shape[0] if isinstance(shape[0], int) and shape[0] > 0 else None
+    update: dict = {}
+    if batch is not None and list(spec.batch_sizes) != [batch]:
+        log.info("%s: %s has a fixed batch of %d; served at that batch", yaml_path, filename, batch)
+        update["batch_sizes"] = [batch]
+    hw = tuple(shape[2:]) if all(isinstance(v, int) and v > 0 for v in shape[2:]) else None
+    inp = spec.input
+    if hw is not None:
+        given = inp.letterbox or inp.size
+        if given is not None and tuple(given) != hw:
+            field = "letterbox" if inp.letterbox else "size"
+            raise RepositoryError(f"{yaml_path}: input.{field}: {filename} takes a fixed [height, width] of "
+                                  f"{list(hw)}; model.yaml says {list(given)}")
+        if inp.scale is not None:
+            raise RepositoryError(f"{yaml_path}: input.scale: {filename} takes a fixed [height, width] of "
+                                  f"{list(hw)}; give input.size or input.letterbox instead")
+        if given is None:
+            field = "letterbox" if spec.output in YOLO_KINDS else "size"
+            update["input"] = inp.model_copy(update={field: hw})
+    return (spec.model_copy(update=update) if update else spec), batch
 
 
 def _opencv(spec: ModelSpec, folder: Path, version: int, device: str) -> LoadedModel:

@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 ADAPTERS = ("python", "torchvision", "torchscript", "torch_export", "onnx", "opencv_hog", "opencv_haar")
 YOLO_KINDS = ("yolo", "yolov5", "yolo_end2end")  # decoded by engine/yolo.py
+DETECTION_ROLES = ("boxes", "scores", "labels")  # an onnx detector's named outputs
 OUTPUT_KINDS = ("centernet", "classification", "tensor", "detections", *YOLO_KINDS)
 NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 
@@ -93,6 +94,8 @@ class ModelSpec(BaseModel):
     input: InputSpec = Field(default_factory=InputSpec)
     output: str = "tensor"
     postprocess: PostprocessSpec = Field(default_factory=PostprocessSpec)
+    outputs: dict[str, str] = Field(default_factory=dict, description="onnx detections: which named output holds "
+                                    "the boxes (x1, y1, x2, y2 in input pixels), scores and labels")
     labels: list[str] = Field(default_factory=list)
     heads: dict[str, list[str]] = Field(default_factory=dict, description="leaf fragment -> the labels it detects")
     batch_sizes: list[int] = Field(default_factory=lambda: [1, 2, 4, 8, 16], description="sizes to profile and run")
@@ -131,6 +134,11 @@ class ModelSpec(BaseModel):
             raise ValueError("weights: 'random' only makes sense for python and torchvision models")
         if self.output in YOLO_KINDS and not self.labels:
             raise ValueError(f"labels: a {self.output} model needs its class names, in the order of its outputs")
+        if self.outputs:
+            if self.adapter != "onnx" or self.output != "detections":
+                raise ValueError("outputs: named outputs are for onnx models with output: detections")
+            if set(self.outputs) != set(DETECTION_ROLES):
+                raise ValueError(f"outputs: name the outputs {list(DETECTION_ROLES)}; were {sorted(self.outputs)}")
         names = [f if isinstance(f, str) else f.name for f in self.split]
         if len(set(names)) != len(names):
             raise ValueError(f"split: fragment names repeat: {names}")
