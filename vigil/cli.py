@@ -172,6 +172,19 @@ def _ask(args: argparse.Namespace) -> int:
     return 0
 
 
+def _models_check(args: argparse.Namespace) -> int:
+    from engine.device import resolve_device
+    from vigil.model_check import CheckError, check_model, format_check
+
+    try:
+        result = check_model(args.dir, resolve_device(args.device))
+    except (CheckError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(json.dumps(result, indent=2) if args.json else format_check(result))
+    return 0
+
+
 def _remote(args: argparse.Namespace) -> int:
     """`vigil streams|apps|models|events ...`: the REST API from the command line."""
     import os
@@ -289,6 +302,12 @@ def _add_remote_parsers(sub) -> None:
     lb.add_argument("name")
     lb.add_argument("label")
     lb.add_argument("version", type=int)
+    ck = m.parent.add_parser("check", help="load a model folder here, run it on a bundled frame, show what it "
+                             "decoded and its latency per batch size (no server needed)")
+    ck.add_argument("dir", type=Path, help="a version folder (NAME/1 with model.yaml) or a model folder (newest)")
+    ck.add_argument("--device", default="cpu", help="auto | cpu | cuda (default: cpu)")
+    ck.add_argument("--json", action="store_true", help="print the result as JSON")
+    ck.set_defaults(func=_models_check)
 
     e = remote("events", "query stored events")
     ls = e.add_parser("list", help="events, newest filters first")

@@ -1,0 +1,41 @@
+"""`vigil models check DIR` as a user runs it, before a model goes into a repository."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import yaml
+
+from support.processes import ROOT
+
+
+def check(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "vigil", "models", "check", *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+
+
+def test_a_model_folder_shows_what_it_decoded_and_its_latency_per_batch():
+    out = check(str(ROOT / "configs" / "models" / "scenedet"), "--json")  # the model folder: its newest version
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert result["version"] == 2 and set(result["decoded"]) == {"person_head", "vehicle_head"}
+    people = result["decoded"]["person_head"]
+    assert people and {d["label"] for d in people} == {"person"}
+    assert all(0 <= d["box"][0] < d["box"][2] <= 640 and 0 <= d["box"][1] < d["box"][3] <= 360 for d in people)
+    assert [int(b) for b in result["latency_ms"]] == [1, 2, 4, 8, 16]
+    text = check(str(ROOT / "configs" / "models" / "scenedet" / "2"))
+    assert text.returncode == 0 and "person_head:" in text.stdout and "latency per batch" in text.stdout
+
+
+def test_a_broken_model_yaml_is_one_line_naming_the_file_and_field(tmp_path):
+    folder = tmp_path / "mine" / "1"
+    folder.mkdir(parents=True)
+    (folder / "model.yaml").write_text(yaml.safe_dump({"name": "mine", "adapter": "onnx", "weights": "m.onnx",
+                                                       "output": "yolo", "labels": []}))
+    out = check(str(folder))
+    assert out.returncode == 1 and "Traceback" not in out.stderr
+    assert "mine/1/model.yaml" in out.stderr and "labels" in out.stderr
+    out = check(str(tmp_path / "nothing-here"))
+    assert out.returncode == 1 and "not a folder" in out.stderr
