@@ -149,6 +149,16 @@ def encode(tok, prompt: str, completion: str, bos: int, eos: int) -> tuple[list[
     return [bos, *ids, eos], 1 + n
 
 
+def with_bos(tok) -> None:
+    """Prepend <s> in the tokenizer's own post-processor, so that every library that
+    reads tokenizer.json (transformers' AutoTokenizer, Vigil) encodes a prompt alike;
+    `add_bos_token` in tokenizer_config.json alone is honoured by some and not others."""
+    from tokenizers.processors import TemplateProcessing
+
+    bos = tok.token_to_id(BOS)
+    tok.post_processor = TemplateProcessing(single=f"{BOS} $A", pair=f"{BOS} $A {BOS} $B", special_tokens=[(BOS, bos)])
+
+
 def train_tokenizer(texts: list[str], vocab_size: int):
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
@@ -216,6 +226,7 @@ def main() -> int:
     out = args.out
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out, safe_serialization=True)
+    with_bos(tok)  # after training: the samples above were encoded without it, <s> added by hand
     tok.save(str(out / "tokenizer.json"))
     (out / "tokenizer_config.json").write_text(json.dumps({
         "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": BOS, "eos_token": EOS, "pad_token": PAD,

@@ -8,7 +8,7 @@ import httpx
 import pytest
 from openai import OpenAI
 
-from support.processes import wait_for
+from support.processes import ROOT, wait_for
 
 CAPTION_PROMPT = ("facts: view: person 2, car 1, bike 0 | cross: midblock car in 1 | enter: person 1 | "
                   "leave: none\ncaption:")
@@ -18,6 +18,28 @@ CAPTION_PROMPT = ("facts: view: person 2, car 1, bike 0 | cross: midblock car in
 def client(server, api):
     wait_for(lambda: any(m.get("kind") == "llm" for m in api.get("/v1/models").json()["data"]), 120, "LLM loaded")
     return OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0)
+
+
+def test_greedy_text_equals_transformers_on_the_same_folder(client):
+    """The checkpoint's tokenizer (its post-processor adds <s>) and weights, read by
+    transformers itself, against the served model through the official client."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder = ROOT / "configs" / "models" / "scene-lm" / "1"
+    tok = AutoTokenizer.from_pretrained(folder)
+    model = AutoModelForCausalLM.from_pretrained(folder).eval()
+    prompts = [CAPTION_PROMPT, "context: count person line midblock direction in = 3\nquestion: how many people "
+               "crossed midblock inbound?\nanswer:", "facts: view: car 4"]
+    for prompt in prompts:
+        ids = tok(prompt, return_tensors="pt").input_ids
+        with torch.no_grad():
+            out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=24, do_sample=False,
+                                 pad_token_id=tok.pad_token_id)
+        want = tok.decode(out[0, ids.shape[1]:], skip_special_tokens=True)
+        got = client.completions.create(model="scene-lm", prompt=prompt, max_tokens=24, temperature=0)
+        assert got.choices[0].text == want, prompt
+        assert got.usage.prompt_tokens == ids.shape[1]
 
 
 def test_models_list_includes_the_llm(client):
