@@ -117,23 +117,27 @@ def sampling_from(body: SamplingFields) -> SamplingParams:
                           ignore_eos=body.ignore_eos)
 
 
-def chat_prompt(messages: list[ChatMessage]) -> str:
-    lines = [m.content if m.role == "user" and len(messages) == 1 else f"{m.role}: {m.content}" for m in messages]
-    # scene-lm is not a chat model: a single user message is its prompt as it is
-    return "\n".join(lines) + ("" if len(messages) == 1 else "\nassistant:")
-
-
 def start(engine: LLMEngine, body: CompletionRequest | ChatCompletionRequest, max_prompt_chars: int,
           priority: int = 5) -> Completion:
     """Admit a request; RequestError names a field, EngineFull means come back later."""
+    from llm.chat import TemplateError
+
     chat = isinstance(body, ChatCompletionRequest)
-    prompt = chat_prompt(body.messages) if chat else body.prompt
-    if isinstance(prompt, list) and isinstance(prompt[0], str):
-        prompt = prompt[0]
-    size = len(prompt)  # characters of text, or token ids
-    if size > max_prompt_chars:
-        field = "messages" if chat else "prompt"
-        raise RequestError(f"{field}: at most {max_prompt_chars} characters (limits.max_prompt_chars); was {size}")
+    if chat:
+        size = sum(len(m.content) for m in body.messages)  # before any template renders them
+        if size > max_prompt_chars:
+            raise RequestError(f"messages: at most {max_prompt_chars} characters (limits.max_prompt_chars); "
+                               f"was {size}")
+        try:
+            prompt = engine.tokenizer.chat([m.model_dump() for m in body.messages])
+        except TemplateError as exc:
+            raise RequestError(f"messages: {exc}") from None
+    else:
+        prompt = body.prompt[0] if isinstance(body.prompt, list) and isinstance(body.prompt[0], str) else body.prompt
+        size = len(prompt)  # characters of text, or token ids
+        if size > max_prompt_chars:
+            raise RequestError(f"prompt: at most {max_prompt_chars} characters (limits.max_prompt_chars); "
+                               f"was {size}")
     try:
         handle = engine.add_request(prompt, sampling_from(body), priority=priority, stream=body.stream)
     except ValueError as exc:

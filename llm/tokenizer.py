@@ -19,11 +19,29 @@ class Tokenizer:
         extra = json.loads(config.read_text()) if config.exists() else {}
         self.eos_ids = eos_ids
         self.chat_template = extra.get("chat_template")
+        if isinstance(self.chat_template, list):  # several named templates: the default one
+            named = {t.get("name"): t.get("template") for t in self.chat_template if isinstance(t, dict)}
+            self.chat_template = named.get("default")
+        self.special_tokens = {k: v if isinstance(v, str) else v.get("content", "") for k, v in extra.items()
+                               if k in ("bos_token", "eos_token", "pad_token", "unk_token") and v}
 
     def encode(self, text: str) -> list[int]:
         """Ids as transformers' fast tokenizer gives them: special tokens (a BOS) come
         from tokenizer.json's own post-processor, never from `add_bos_token`."""
         return self.hf.encode(text, add_special_tokens=True).ids
+
+    def encode_rendered(self, text: str) -> list[int]:
+        """Ids of a prompt that carries its own special tokens (a rendered chat template)."""
+        return self.hf.encode(text, add_special_tokens=False).ids
+
+    def chat(self, messages: list[dict]) -> list[int] | str:
+        """A conversation's prompt: ids through the checkpoint's chat template, or the
+        plain text when it has none (llm/chat.py)."""
+        from llm.chat import plain, render
+
+        if not self.chat_template:
+            return plain(messages)
+        return self.encode_rendered(render(self.chat_template, messages, self.special_tokens))
 
     def decode(self, ids: list[int]) -> str:
         return self.hf.decode(ids, skip_special_tokens=True)
