@@ -1,5 +1,8 @@
 """A Llama-family decoder (RMSNorm, rotary embeddings, grouped-query attention, SwiGLU)
-that runs selective batching over a paged KV cache.
+that runs selective batching over a paged KV cache: Llama (RoPE scaling `linear`,
+`dynamic`, `llama3`, `yarn`; SmolLM2 is one), Mistral, Qwen2 (biases on q, k and v)
+and Qwen3 (RMSNorm of q and k per head). A sliding attention window limits the
+context served to the window, inside which attention is full attention.
 
 `forward(batch)` takes the tokens of every scheduled request flattened into one
 sequence `[T]` (prefill chunks and single decode tokens alike): embeddings, norms,
@@ -28,6 +31,10 @@ class CheckpointError(ValueError):
     """A checkpoint directory that cannot be loaded; the message names the file and field."""
 
 
+FAMILIES = ("llama", "mistral", "qwen2", "qwen3")  # config.json model_type; SmolLM2 is a llama
+ROPE_TYPES = ("default", "linear", "dynamic", "llama3", "yarn")
+
+
 @dataclass(frozen=True)
 class LlamaConfig:
     vocab_size: int
@@ -43,6 +50,11 @@ class LlamaConfig:
     tie_word_embeddings: bool = False
     bos_token_id: int | None = None
     eos_token_id: int | list[int] | None = None
+    family: str = "llama"
+    attention_bias: bool = False  # q, k and v projections with biases (Qwen2)
+    qk_norm: bool = False  # RMSNorm of each head's q and k before RoPE (Qwen3)
+    rope_type: str = "default"
+    rope_params: tuple[tuple[str, float], ...] = ()  # the rope type's own numbers (factor, ...)
 
     @classmethod
     def from_file(cls, path: Path) -> "LlamaConfig":
@@ -50,29 +62,42 @@ class LlamaConfig:
             raw = json.loads(path.read_text())
         except (OSError, ValueError) as exc:
             raise CheckpointError(f"{path}: cannot read: {exc}") from None
-        arch = raw.get("model_type")
-        if arch not in ("llama", None):
-            raise CheckpointError(f"{path}: model_type: only 'llama' is supported; was {arch!r}")
-        if raw.get("rope_scaling"):
-            raise CheckpointError(f"{path}: rope_scaling: not supported; was {raw['rope_scaling']!r}")
-        for flag in ("attention_bias", "mlp_bias"):
-            if raw.get(flag):
-                raise CheckpointError(f"{path}: {flag}: biases are not supported; was true")
+        family = raw.get("model_type") or "llama"
+        if family not in FAMILIES:
+            raise CheckpointError(f"{path}: model_type: supported are {', '.join(FAMILIES)}; was {family!r}")
+        if raw.get("mlp_bias"):
+            raise CheckpointError(f"{path}: mlp_bias: biases in the MLP are not supported; was true")
         if raw.get("hidden_act", "silu") != "silu":
             raise CheckpointError(f"{path}: hidden_act: only 'silu' (SwiGLU) is supported; was {raw['hidden_act']!r}")
+        # transformers 5 writes rope_parameters (with rope_theta inside); older files rope_scaling
+        rope = dict(raw.get("rope_parameters") or raw.get("rope_scaling") or {})
+        rope_type = rope.pop("rope_type", None) or rope.pop("type", None) or "default"
+        if rope_type not in ROPE_TYPES:
+            raise CheckpointError(f"{path}: rope type {rope_type!r} is not supported (supported: "
+                                  f"{', '.join(ROPE_TYPES)})")
+        if float(rope.get("partial_rotary_factor", raw.get("partial_rotary_factor", 1.0))) != 1.0:
+            raise CheckpointError(f"{path}: partial_rotary_factor: only 1.0 (RoPE over the whole head) is supported")
+        theta = float(rope.pop("rope_theta", raw.get("rope_theta", 10000.0)))
         try:
             heads = int(raw["num_attention_heads"])
-            rope = raw.get("rope_parameters") or {}
+            max_positions = int(raw.get("max_position_embeddings", 2048))
+            window = _sliding_window(raw)
+            if window is not None and window < max_positions:
+                # attention within the window is full attention up to it: serve no longer contexts
+                max_positions = window
+            params = tuple(sorted((k, float(v)) for k, v in rope.items()
+                                  if isinstance(v, (int, float)) and not isinstance(v, bool)))
             return cls(vocab_size=int(raw["vocab_size"]), hidden_size=int(raw["hidden_size"]),
                        intermediate_size=int(raw["intermediate_size"]),
                        num_hidden_layers=int(raw["num_hidden_layers"]), num_attention_heads=heads,
                        num_key_value_heads=int(raw.get("num_key_value_heads") or heads),
                        head_dim=int(raw.get("head_dim") or int(raw["hidden_size"]) // heads),
-                       rms_norm_eps=float(raw.get("rms_norm_eps", 1e-6)),
-                       rope_theta=float(rope.get("rope_theta", raw.get("rope_theta", 10000.0))),
-                       max_position_embeddings=int(raw.get("max_position_embeddings", 2048)),
+                       rms_norm_eps=float(raw.get("rms_norm_eps", 1e-6)), rope_theta=theta,
+                       max_position_embeddings=max_positions,
                        tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)),
-                       bos_token_id=raw.get("bos_token_id"), eos_token_id=raw.get("eos_token_id"))
+                       bos_token_id=raw.get("bos_token_id"), eos_token_id=raw.get("eos_token_id"),
+                       family=family, attention_bias=family == "qwen2" or bool(raw.get("attention_bias", False)),
+                       qk_norm=family == "qwen3", rope_type=rope_type, rope_params=params)
         except KeyError as exc:
             raise CheckpointError(f"{path}: missing field {exc.args[0]!r}") from None
 
@@ -133,13 +158,76 @@ class RMSNorm(nn.Module):
         return self.weight * x.to(dtype)
 
 
+def _sliding_window(raw: dict) -> int | None:
+    """The attention window of a config that uses one (Mistral's sliding_window, Qwen's
+    use_sliding_window or layer_types), else None."""
+    window = raw.get("sliding_window")
+    if not window:
+        return None
+    if raw.get("model_type") in ("qwen2", "qwen3"):
+        sliding = raw.get("use_sliding_window") or "sliding_attention" in (raw.get("layer_types") or [])
+        if not sliding:
+            return None
+    return int(window)
+
+
+def rope_frequencies(cfg: LlamaConfig) -> tuple[torch.Tensor, float]:
+    """(inverse frequencies [head_dim / 2], the factor on cos and sin) of the config's
+    RoPE type, as transformers' rope initialisation computes them. `dynamic` equals
+    `default` up to max_position_embeddings, the longest context served."""
+    d, p = cfg.head_dim, dict(cfg.rope_params)
+    inv_freq = 1.0 / (cfg.rope_theta ** (torch.arange(0, d, 2, dtype=torch.int64).float() / d))
+    if cfg.rope_type == "linear":
+        return inv_freq / p["factor"], 1.0
+    if cfg.rope_type == "llama3":
+        factor, low, high = p["factor"], p["low_freq_factor"], p["high_freq_factor"]
+        old_len = p["original_max_position_embeddings"]
+        wavelen = 2 * math.pi / inv_freq
+        scaled = torch.where(wavelen > old_len / low, inv_freq / factor, inv_freq)
+        smooth = (old_len / wavelen - low) / (high - low)
+        smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+        medium = ~(wavelen < old_len / high) * ~(wavelen > old_len / low)
+        return torch.where(medium, smoothed, scaled), 1.0
+    if cfg.rope_type == "yarn":
+        return _yarn(cfg, p)
+    return inv_freq, 1.0
+
+
+def _yarn(cfg: LlamaConfig, p: dict) -> tuple[torch.Tensor, float]:
+    d, base = cfg.head_dim, cfg.rope_theta
+    old_len = p["original_max_position_embeddings"]
+    factor = p.get("factor") or cfg.max_position_embeddings / old_len
+
+    def mscale(scale: float, m: float = 1.0) -> float:
+        return 1.0 if scale <= 1 else 0.1 * m * math.log(scale) + 1.0
+
+    attention = p.get("attention_factor")
+    if attention is None:
+        attention = mscale(factor, p["mscale"]) / mscale(factor, p["mscale_all_dim"]) \
+            if p.get("mscale") and p.get("mscale_all_dim") else mscale(factor)
+
+    def correction(rotations: float) -> float:
+        return (d * math.log(old_len / (rotations * 2 * math.pi))) / (2 * math.log(base))
+
+    low, high = correction(p.get("beta_fast") or 32), correction(p.get("beta_slow") or 1)
+    if p.get("truncate", 1.0):
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, d - 1)
+    if low == high:
+        high += 0.001
+    ramp = ((torch.arange(d // 2, dtype=torch.float32) - low) / (high - low)).clamp(0, 1)
+    extrapolate = 1 - ramp
+    pos = base ** (torch.arange(0, d, 2).float() / d)
+    return (1.0 / (factor * pos)) * (1 - extrapolate) + (1.0 / pos) * extrapolate, float(attention)
+
+
 def rope_tables(cfg: LlamaConfig, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     """cos, sin: [max_positions, head_dim], laid out as Hugging Face's rotate_half expects."""
-    inv_freq = 1.0 / (cfg.rope_theta ** (torch.arange(0, cfg.head_dim, 2, dtype=torch.int64).float() / cfg.head_dim))
+    inv_freq, attention = rope_frequencies(cfg)
     t = torch.arange(cfg.max_position_embeddings, dtype=torch.int64).float()
     freqs = torch.outer(t, inv_freq)
     emb = torch.cat((freqs, freqs), dim=-1)
-    return emb.cos().to(device), emb.sin().to(device)
+    return (emb.cos() * attention).to(device), (emb.sin() * attention).to(device)
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -153,9 +241,12 @@ class Layer(nn.Module):
     def __init__(self, cfg: LlamaConfig) -> None:
         super().__init__()
         h, d = cfg.hidden_size, cfg.head_dim
-        self.q_proj = nn.Linear(h, cfg.num_attention_heads * d, bias=False)
-        self.k_proj = nn.Linear(h, cfg.num_key_value_heads * d, bias=False)
-        self.v_proj = nn.Linear(h, cfg.num_key_value_heads * d, bias=False)
+        bias = cfg.attention_bias
+        self.q_proj = nn.Linear(h, cfg.num_attention_heads * d, bias=bias)
+        self.k_proj = nn.Linear(h, cfg.num_key_value_heads * d, bias=bias)
+        self.v_proj = nn.Linear(h, cfg.num_key_value_heads * d, bias=bias)
+        self.q_norm = RMSNorm(d, cfg.rms_norm_eps) if cfg.qk_norm else None
+        self.k_norm = RMSNorm(d, cfg.rms_norm_eps) if cfg.qk_norm else None
         self.o_proj = nn.Linear(cfg.num_attention_heads * d, h, bias=False)
         self.gate_proj = nn.Linear(h, cfg.intermediate_size, bias=False)
         self.up_proj = nn.Linear(h, cfg.intermediate_size, bias=False)
@@ -165,6 +256,7 @@ class Layer(nn.Module):
         self.num_heads, self.num_kv, self.head_dim = cfg.num_attention_heads, cfg.num_key_value_heads, d
         self.scale = d ** -0.5
         self.qkv_weight: torch.Tensor | None = None
+        self.qkv_bias: torch.Tensor | None = None
         self.gate_up_weight: torch.Tensor | None = None
 
     @torch.no_grad()
@@ -182,6 +274,8 @@ class Layer(nn.Module):
                 n = m.weight.shape[0]
                 m.weight = nn.Parameter(fused[row:row + n], requires_grad=False)
                 row += n
+        if self.q_proj.bias is not None:
+            self.qkv_bias = torch.cat([m.bias for m in (self.q_proj, self.k_proj, self.v_proj)])
 
 
 class LlamaModel(nn.Module):
@@ -293,8 +387,11 @@ class LlamaModel(nn.Module):
             h = layer.input_layernorm(x)
             t = h.shape[0]
             nq, nkv = layer.num_heads * layer.head_dim, layer.num_kv * layer.head_dim
-            qk, v = F.linear(h, layer.qkv_weight).split((nq + nkv, nkv), dim=-1)
-            qk = apply_rope(qk.reshape(t, layer.num_heads + layer.num_kv, layer.head_dim), cos, sin)  # q and k at once
+            qk, v = F.linear(h, layer.qkv_weight, layer.qkv_bias).split((nq + nkv, nkv), dim=-1)
+            qk = qk.reshape(t, layer.num_heads + layer.num_kv, layer.head_dim)
+            if layer.q_norm is not None:
+                qk = torch.cat([layer.q_norm(qk[:, :layer.num_heads]), layer.k_norm(qk[:, layer.num_heads:])], 1)
+            qk = apply_rope(qk, cos, sin)  # q and k at once
             q, k = qk[:, :layer.num_heads], qk[:, layer.num_heads:]
             v = v.reshape(t, layer.num_kv, layer.head_dim)
             kv[i, 0, slot_block, :, slot_offset] = k
