@@ -282,7 +282,7 @@ def load_model(spec: ModelSpec, folder: Path, version: int, device: str) -> Load
     try:
         builder = {"python": _torch_model, "torchvision": _torch_model, "torchscript": _scripted,
                    "torch_export": _exported, "onnx": _onnx, "opencv_hog": _opencv,
-                   "opencv_haar": _opencv}[spec.adapter]
+                   "opencv_haar": _opencv, "transformers": _transformers}[spec.adapter]
         model = builder(spec, folder, version, device)
         if spec.output in YOLO_KINDS:
             _probe(model, yaml_path)
@@ -557,6 +557,12 @@ def fit_to_file(spec: ModelSpec, shape: list, yaml_path: Path, filename: str) ->
             field = "letterbox" if spec.output in YOLO_KINDS else "size"
             update["input"] = inp.model_copy(update={field: hw})
     return (spec.model_copy(update=update) if update else spec), batch
+
+
+def _transformers(spec: ModelSpec, folder: Path, version: int, device: str) -> LoadedModel:
+    from engine import hf_detection
+
+    return hf_detection.load(spec, folder, version, device)
 
 
 def _opencv(spec: ModelSpec, folder: Path, version: int, device: str) -> LoadedModel:

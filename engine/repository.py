@@ -21,7 +21,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-ADAPTERS = ("python", "torchvision", "torchscript", "torch_export", "onnx", "opencv_hog", "opencv_haar")
+ADAPTERS = ("python", "torchvision", "torchscript", "torch_export", "onnx", "opencv_hog", "opencv_haar",
+            "transformers")
 YOLO_KINDS = ("yolo", "yolov5", "yolo_end2end")  # decoded by engine/yolo.py
 DETECTION_ROLES = ("boxes", "scores", "labels")  # an onnx detector's named outputs
 OUTPUT_KINDS = ("centernet", "classification", "tensor", "detections", *YOLO_KINDS)
