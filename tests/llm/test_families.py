@@ -117,3 +117,62 @@ def test_a_sliding_window_limits_the_context_served(tmp_path):
     path = tmp_path / "config.json"
     path.write_text(json.dumps(raw))
     assert LlamaConfig.from_file(path).max_position_embeddings == 1024
+
+
+CHAT_TEMPLATE = ("{{ bos_token }}{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+                 "{% if add_generation_prompt %}assistant:{% endif %}")
+
+
+@pytest.fixture(scope="module")
+def served_families(tmp_path_factory):
+    """`vigil serve` with a Qwen3-layout checkpoint (with a chat template) as its LLM."""
+    from support.processes import VigilServer
+
+    root = tmp_path_factory.mktemp("llm-repo")
+    folder = root / "qwen3" / "1"
+    folder.mkdir(parents=True)
+    save_family(folder, "qwen3")
+    config = json.loads((folder / "tokenizer_config.json").read_text())
+    (folder / "tokenizer_config.json").write_text(json.dumps({**config, "chat_template": CHAT_TEMPLATE}))
+    server = VigilServer(tmp_path_factory.mktemp("llm-serve") / "data",
+                         config={"model_repository": str(root), "llm_model": "qwen3", "caption_every_s": 0})
+    server.start(180)
+    yield server, folder
+    server.stop()
+
+
+def test_served_completions_and_chat_equal_transformers(served_families):
+    from concurrent.futures import ThreadPoolExecutor
+
+    from openai import OpenAI
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    server, folder = served_families
+    client = OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0)
+    prompts = ["facts: view: person 2", "context: count car line midblock direction in = 4\nquestion:" * 2, "hi"]
+    chats = [[{"role": "user", "content": "how many cars?"}],
+             [{"role": "system", "content": "view: bike 3"}, {"role": "user", "content": "and bikes?"}]]
+    with ThreadPoolExecutor(5) as pool:  # at once: mixed lengths in one running batch
+        texts = [pool.submit(lambda p, n: client.completions.create(model="qwen3", prompt=p, max_tokens=n,
+                                                                     temperature=0).choices[0].text, p, 8 + 4 * i)
+                 for i, p in enumerate(prompts)]
+        replies = [pool.submit(lambda m: client.chat.completions.create(model="qwen3", messages=m, max_tokens=10,
+                                                                        temperature=0).choices[0].message.content, m)
+                   for m in chats]
+        texts, replies = [f.result(120) for f in texts], [f.result(120) for f in replies]
+    tok = AutoTokenizer.from_pretrained(folder)
+    hf = AutoModelForCausalLM.from_pretrained(folder).eval()
+
+    def greedy(ids: list[int], n: int) -> str:
+        x = torch.tensor([ids])
+        with torch.no_grad():
+            out = hf.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=n, do_sample=False,
+                              pad_token_id=0)
+        return tok.decode(out[0, len(ids):], skip_special_tokens=True)
+
+    for i, (p, text) in enumerate(zip(prompts, texts)):
+        assert text == greedy(tok(p).input_ids, 8 + 4 * i), p
+    for m, reply in zip(chats, replies):
+        ids = tok.apply_chat_template(m, add_generation_prompt=True, tokenize=True)
+        ids = list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+        assert reply == greedy(ids, 10), m
