@@ -50,6 +50,7 @@ class App:
     tracks: dict[int, TrackState] = field(default_factory=dict)
     num_frames: int = 0
     num_tracks: int = 0  # confirmed tracks of the app's classes
+    num_detections: int = 0  # detections of the app's classes at its min_confidence
 
     def __post_init__(self) -> None:
         spec = self.spec
@@ -106,6 +107,7 @@ class App:
         t_ms = result.pts_ms
         self.num_frames += 1
         dets = dets[dets.confidence >= self.spec.min_confidence]
+        self.num_detections += int(np.isin(dets.class_id, self._wanted).sum())
         tracked = self.tracker.update(dets)
         events: list[Event] = []
         for tid, cid in zip(tracked.tracker_id, tracked.class_id):

@@ -302,7 +302,7 @@ class Vigil:
         stream = ManagedStream(name, opened, opts, clock=self.clock, start_ms=start_ms, shown_url=given)
         worker = StreamWorker(stream, self.engine, lambda events: self._store_events(events, run),
                               self.settings.block_frames, self.settings.block_ms, self.clock, on_block=self._on_block,
-                              governor=self.load)
+                              governor=self.load, quiet_after_s=self.settings.quiet_after_s)
         self.workers[name] = worker.start()
 
     def _store_events(self, events: list[Event], run: int) -> None:
@@ -392,6 +392,7 @@ class Vigil:
         return {"name": name, "spec": spec.model_dump(mode="json"),
                 "status": status.status if status else "failed",
                 "error": self.shown(status.error) if status else "its stream is gone",
+                "warning": worker.app_warnings.get(name) if worker else None,
                 "load": self.load.state(name),
                 "counts": worker.app_counts(name) if worker else None}
 

@@ -76,6 +76,8 @@ class Settings(BaseModel):
     open_llm_routes: bool = Field(False, description="true: /v1/completions, /v1/chat/completions and /v1/ask "
                                                      "need no key even when keys are set")
     block_ms: float = Field(300.0, gt=0)
+    quiet_after_s: float = Field(300.0, ge=1, le=86_400, description="an app whose model finds none of its "
+                                 "classes in this much analysed stream time says so in its status (warning)")
     block_frames: int = Field(4, ge=1)
     rollup_interval_s: float = Field(5.0, gt=0)
     llm_model: str | None = Field("scene-lm", description="LLM in the model repository; null: no LLM")

@@ -53,7 +53,7 @@ class StreamWorker:
     def __init__(self, stream: ManagedStream, engine: Engine, emit: Callable[[list[Event]], None],
                  block_frames: int, block_ms: float, clock: Callable[[], float],
                  on_block: Callable[[str, float, list[dict], dict[str, dict[str, int]]], None] | None = None,
-                 governor: LoadGovernor | None = None) -> None:
+                 governor: LoadGovernor | None = None, quiet_after_s: float = 300.0) -> None:
         self.stream = stream
         self.governor = governor or LoadGovernor()
         self.engine = engine
@@ -67,6 +67,11 @@ class StreamWorker:
         self._wanted: dict[str, AppSpec] = {}  # what the API asked for
         self._changed = True
         self.app_status: dict[str, AppStatus] = {}
+        # an app whose model has found none of its classes for quiet_after_s of analysed
+        # stream time: most often a model whose output does not fit its labels or kind
+        self.quiet_after_ms = quiet_after_s * 1000.0
+        self.app_warnings: dict[str, str] = {}
+        self._quiet: dict[str, tuple[int, float]] = {}  # app -> (detections seen, quiet stream ms)
         self.snapshots: dict[str, bytes] = {}  # app -> latest annotated frame, JPEG
         self._snapshot_ms: dict[str, float] = {}
         self._runners: dict[str, AppRunner] = {}
@@ -99,6 +104,8 @@ class StreamWorker:
             self._wanted.pop(name, None)
             self.app_status.pop(name, None)
             self.snapshots.pop(name, None)
+            self.app_warnings.pop(name, None)
+            self._quiet.pop(name, None)
             self._changed = True
 
     def app_names(self) -> list[str]:
@@ -152,6 +159,7 @@ class StreamWorker:
         span_s = self._span_s(flight.block)
         for r in runners:
             self._health(r)
+            self._watch_quiet(r, span_s)
             self._govern(r, len(flight.picks[r.app.name]), span_s)
         self.stream.set_demand(self._demand(runners))
         self._snapshot(flight.block, runners, per_frame)
@@ -186,6 +194,25 @@ class StreamWorker:
         elif runner.block_results and current.status == "degraded":
             log.info("app %s on stream %s gets results again", name, self.name)
             self._set_status(name, "running")
+
+    def _watch_quiet(self, runner: AppRunner, span_s: float) -> None:
+        name, found = runner.app.name, runner.app.num_detections
+        seen, quiet_ms = self._quiet.get(name, (0, 0.0))
+        if found < seen:  # the app was made anew (a PATCH): its count starts again
+            seen, quiet_ms = 0, 0.0
+        if found > seen:
+            quiet_ms = 0.0
+            if self.app_warnings.pop(name, None) is not None:
+                log.info("app %s on stream %s detects its classes again", name, self.name)
+        elif runner.block_results:
+            quiet_ms += span_s * 1000.0
+            if quiet_ms >= self.quiet_after_ms and name not in self.app_warnings:
+                classes = runner.app.spec.classes or "any class"
+                warning = (f"no detections of {classes} in the last {quiet_ms / 1000.0:.0f} s of analysed frames "
+                           f"(does the model's output fit its kind and labels?)")
+                self.app_warnings[name] = warning
+                log.warning("app %s on stream %s: %s", name, self.name, warning)
+        self._quiet[name] = (found, quiet_ms)
 
     def _span_s(self, block: FrameBlock) -> float:
         """Stream time a block covers (its last frame's period included)."""

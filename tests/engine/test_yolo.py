@@ -94,15 +94,15 @@ def save_onnx(out: torch.Tensor, path) -> None:
 SAVERS = {"torchscript": ("model.ts", save_torchscript), "onnx": ("model.onnx", save_onnx)}
 
 
-def write_yolo(root, adapter: str, kind: str, out: torch.Tensor, **extra) -> str:
+def write_yolo(root, adapter: str, kind: str, out: torch.Tensor, name: str = "yolo", **extra) -> str:
     filename, save = SAVERS[adapter]
-    folder = root / "yolo" / "1"
+    folder = root / name / "1"
     folder.mkdir(parents=True, exist_ok=True)
     save(out, folder / filename)
-    write_model(root, "yolo", 1, {"adapter": adapter, "factory": None, "weights": filename, "split": [],
+    write_model(root, name, 1, {"adapter": adapter, "factory": None, "weights": filename, "split": [],
                                   "output": kind, "labels": LABELS, "batch_sizes": [1],
                                   "input": {"letterbox": list(INPUT), "profile_frame": [180, 320]}, **extra})
-    return "yolo"
+    return name
 
 
 def reference(kind: str, out: torch.Tensor, conf=0.25, iou=0.7, max_det=300, agnostic=False) -> np.ndarray:
@@ -191,8 +191,10 @@ def yolo_server(tmp_path_factory):
     """`vigil serve` over a repository that holds only the ONNX YOLO model."""
     root = tmp_path_factory.mktemp("yolo-repo")
     write_yolo(root, "onnx", "yolo", v8_output())
+    # the same layout with every score under min_score: it never finds anything
+    write_yolo(root, "torchscript", "yolo", v8_output() * torch.tensor([1, 1, 1, 1, 0.1, 0.1, 0.1])[:, None], "blind")
     server = VigilServer(tmp_path_factory.mktemp("yolo-serve") / "data",
-                         config={"model_repository": str(root), "llm_model": None}).start(120)
+                         config={"model_repository": str(root), "llm_model": None, "quiet_after_s": 4}).start(120)
     yield server
     server.stop()
 
@@ -207,3 +209,21 @@ def test_grpc_predict_returns_ultralytics_detections(yolo_server):
         client.close()
     got = np.array([[d.x0, d.y0, d.x1, d.y1, d.confidence, LABELS.index(d.label)] for d in reply.detections])
     assert_same(got[np.argsort(-got[:, 4], kind="stable")], reference("yolo", v8_output()))
+
+
+def test_an_app_whose_model_finds_nothing_says_so(yolo_server):
+    import httpx
+
+    from support.clips import BUNDLED
+    from support.processes import wait_for
+
+    api = httpx.Client(base_url=yolo_server.url, timeout=30)
+    api.post("/v1/streams", json={"name": "cam", "url": str(BUNDLED[0]), "options": {"loop": True}}).raise_for_status()
+    for name, model in (("sees", "yolo"), ("blind", "blind")):
+        api.post("/v1/apps", json={"name": name, "source": "cam", "detector": model, "classes": ["person", "car"],
+                                   "slo_ms": 60000, "fps": 3}).raise_for_status()
+    wait_for(lambda: api.get("/v1/apps/blind").json()["warning"] is not None, 120, "the blind app's warning")
+    warning = api.get("/v1/apps/blind").json()["warning"]
+    assert "no detections of ['person', 'car']" in warning and "fit its kind and labels" in warning
+    sees = api.get("/v1/apps/sees").json()
+    assert sees["status"] == "running" and sees["warning"] is None
