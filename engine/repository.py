@@ -268,15 +268,20 @@ class ModelRepository:
         path = self.folder(name, version) / "model.yaml"
         if not path.exists():
             raise RepositoryError(f"{path}: no such model version ({name} version {version})")
-        data = _read_yaml(path)
-        if not isinstance(data, dict):
-            raise RepositoryError(f"{path}: a model.yaml is a mapping of fields (name, adapter, ...)")
-        try:
-            spec = ModelSpec.model_validate(data)
-        except ValidationError as exc:
-            raise RepositoryError(_format(path, exc)) from None
-        if spec.name != name:
-            raise RepositoryError(f"{path}: name: {spec.name!r} does not match its directory {name!r}")
-        if spec.weights and spec.weights != "random" and not (path.parent / spec.weights).exists():
-            raise RepositoryError(f"{path}: weights: file {spec.weights!r} is missing beside model.yaml")
-        return spec
+        return read_spec(path, name)
+
+
+def read_spec(path: Path, name: str) -> ModelSpec:
+    """A model.yaml validated, for the model `name` (its folder's name)."""
+    data = _read_yaml(path)
+    if not isinstance(data, dict):
+        raise RepositoryError(f"{path}: a model.yaml is a mapping of fields (name, adapter, ...)")
+    try:
+        spec = ModelSpec.model_validate(data)
+    except ValidationError as exc:
+        raise RepositoryError(_format(path, exc)) from None
+    if spec.name != name:
+        raise RepositoryError(f"{path}: name: {spec.name!r} does not match its directory {name!r}")
+    if spec.weights and spec.weights != "random" and not (path.parent / spec.weights).exists():
+        raise RepositoryError(f"{path}: weights: file {spec.weights!r} is missing beside model.yaml")
+    return spec

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 from typing import Any
 
 from fastapi import APIRouter, Depends, FastAPI, Query, Request
@@ -26,11 +27,11 @@ from apps.spec import NAME_PATTERN, AppSpec, format_errors
 from streams.live import StreamOptions
 from vigil.auth import require_key
 from vigil.dashboard import dashboard_router
-from vigil.http_guard import BodyGuard
+from vigil.http_guard import UPLOAD_PATH, BodyGuard, Upload
 from vigil.llm_api import llm_router
 from vigil.openapi import document_errors
 from vigil.prom import ServiceCollector
-from vigil.service import LIVE_FIELDS, Invalid, ServiceError, Vigil
+from vigil.service import LIVE_FIELDS, Invalid, ServiceError, TooLarge, Vigil
 from vigil.storage import MAX_EVENT_ID, StorageFull
 
 class StreamIn(BaseModel):
@@ -117,7 +118,8 @@ def build_app(service: Vigil, lifespan=None) -> FastAPI:
         return JSONResponse({"detail": format_errors(errors)}, status_code=422)
 
     app.add_middleware(BodyGuard, max_body_bytes=limits.max_body_bytes, max_json_depth=limits.max_json_depth,
-                       chunk_timeout_s=limits.header_timeout_s)
+                       chunk_timeout_s=limits.header_timeout_s,
+                       upload=Upload(UPLOAD_PATH, limits.max_model_upload_bytes, service.settings.authorized))
     mutating = [Depends(require_key)]
     v1 = APIRouter(prefix="/v1")
 
@@ -227,6 +229,29 @@ def build_app(service: Vigil, lifespan=None) -> FastAPI:
     @v1.post("/models/{name}/reload", tags=["models"], dependencies=mutating)
     def reload_model(name: str, request: Request) -> dict:
         return _service(request).reload_model(name)
+
+    upload_body = {"requestBody": {"required": True, "content": {"application/octet-stream": {"schema": {
+        "type": "string", "format": "binary",
+        "description": "a .tar, .tar.gz or .zip of a version folder (model.yaml and the files it names)"}}}}}
+
+    @v1.post("/models/{name}/versions", status_code=201, tags=["models"], dependencies=mutating,
+             openapi_extra=upload_body)
+    async def add_model_version(name: str, request: Request) -> dict:
+        """Upload a version folder as an archive: it becomes the model's next version once it
+        builds and runs (a new model when the name is new); at most limits.max_model_upload_bytes."""
+        import tempfile
+
+        service = _service(request)
+        limit = limits.max_model_upload_bytes
+        with tempfile.NamedTemporaryFile(dir=service.repository.root, prefix=".upload-", suffix=".archive") as f:
+            size = 0
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limit:
+                    raise TooLarge(f"body: over {limit} bytes (limits.max_model_upload_bytes)")
+                await run_in_threadpool(f.write, chunk)
+            await run_in_threadpool(f.flush)
+            return await run_in_threadpool(service.add_model_version, name, Path(f.name))
 
     @v1.put("/models/{name}/labels/{label}", tags=["models"], dependencies=mutating)
     def set_label(name: str, label: str, body: LabelIn, request: Request) -> dict:

@@ -205,6 +205,24 @@ def _remote(args: argparse.Namespace) -> int:
     return 0
 
 
+def _archive(path: Path) -> bytes:
+    """A version folder as a .tar.gz in memory, or an archive file's bytes."""
+    import io
+    import tarfile
+
+    if path.is_dir():
+        if not (path / "model.yaml").is_file():
+            raise ValueError(f"{path}: a version folder holds model.yaml")
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+            for f in sorted(p for p in path.rglob("*") if p.is_file() and "profiles" not in p.relative_to(path).parts):
+                tar.add(f, arcname=str(f.relative_to(path)))
+        return buf.getvalue()
+    if not path.is_file():
+        raise ValueError(f"{path}: no such folder or archive")
+    return path.read_bytes()
+
+
 def _app_body(ref: str) -> tuple[bytes, str]:
     path = Path(ref)
     if not path.exists():
@@ -244,6 +262,8 @@ REMOTE = {
                                               params={"version": a.version}),
     ("models", "reload"): lambda c, a: c.call("POST", f"/v1/models/{a.name}/reload"),
     ("models", "label"): lambda c, a: c.call("PUT", f"/v1/models/{a.name}/labels/{a.label}", {"version": a.version}),
+    ("models", "add"): lambda c, a: c.call("POST", f"/v1/models/{a.name}/versions", _archive(a.path),
+                                           content_type="application/octet-stream"),
     ("events", "list"): lambda c, a: c.call("GET", "/v1/events", params={"app": a.app, "stream": a.stream,
                                                                          "type": a.type, "limit": a.limit}),
 }
@@ -302,6 +322,10 @@ def _add_remote_parsers(sub) -> None:
     lb.add_argument("name")
     lb.add_argument("label")
     lb.add_argument("version", type=int)
+    ad = m.add_parser("add", help="upload a version folder (or a .tar/.tar.gz/.zip of one) as the model's next "
+                      "version; the server checks that it builds and runs")
+    ad.add_argument("name")
+    ad.add_argument("path", type=Path)
     ck = m.parent.add_parser("check", help="load a model folder here, run it on a bundled frame, show what it "
                              "decoded and its latency per batch size (no server needed)")
     ck.add_argument("dir", type=Path, help="a version folder (NAME/1 with model.yaml) or a model folder (newest)")

@@ -23,6 +23,7 @@ import json
 import logging
 import re
 import time
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import h11
@@ -42,18 +43,38 @@ async def _reply(send, status: int, detail: str, headers: tuple = ()) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
+UPLOAD_PATH = re.compile(r"^/v1/models/[^/]+/versions/?$")
+
+
+@dataclass(frozen=True)
+class Upload:
+    """The one route whose body may pass max_body_bytes (a model archive): only for a
+    client with a key, checked from the headers before any of the body is read; the body
+    goes through as it arrives (the route writes it to disk and counts it), never held
+    here."""
+
+    path: re.Pattern
+    max_bytes: int
+    authorized: Callable[[str | None], bool]
+
+
 class BodyGuard:
-    def __init__(self, app, max_body_bytes: int, max_json_depth: int, chunk_timeout_s: float) -> None:
+    def __init__(self, app, max_body_bytes: int, max_json_depth: int, chunk_timeout_s: float,
+                 upload: Upload | None = None) -> None:
         self.app = app
         self.max_body_bytes = max_body_bytes
         self.max_json_depth = max_json_depth
         self.chunk_timeout_s = chunk_timeout_s
+        self.upload = upload
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         headers = dict(scope["headers"])
+        if self.upload is not None and scope["method"] == "POST" and self.upload.path.match(scope["path"]):
+            await self._upload(scope, receive, send, headers)
+            return
         too_big = f"body over {self.max_body_bytes} bytes (limits.max_body_bytes)"
         length = headers.get(b"content-length")
         if length is not None and (not length.isdigit() or int(length) > self.max_body_bytes):
@@ -90,6 +111,26 @@ class BodyGuard:
             return await receive()  # after the body: the disconnect, when it comes
 
         await self.app(scope, replay, send)
+
+
+    async def _upload(self, scope, receive, send, headers: dict) -> None:
+        auth = headers.get(b"authorization")
+        if not self.upload.authorized(auth.decode("latin-1") if auth is not None else None):
+            await _reply(send, 401, "missing or invalid API key: send 'Authorization: Bearer KEY'",
+                         ((b"www-authenticate", b"Bearer"),))
+            return
+        length = headers.get(b"content-length")
+        if length is not None and (not length.isdigit() or int(length) > self.upload.max_bytes):
+            await _reply(send, 413, f"body over {self.upload.max_bytes} bytes (limits.max_model_upload_bytes)")
+            return
+
+        async def timed() -> dict[str, Any]:
+            try:
+                return await asyncio.wait_for(receive(), self.chunk_timeout_s)
+            except asyncio.TimeoutError:
+                return {"type": "http.disconnect"}  # a body that stalls ends the upload
+
+        await self.app(scope, timed, send)
 
 
 _BUSY = b'{"detail": "too many open connections (limits.max_connections); retry shortly"}'

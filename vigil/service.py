@@ -15,6 +15,7 @@ import queue
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
 from typing import Any, Callable
 
 from pydantic import ValidationError
@@ -70,6 +71,10 @@ class Conflict(ServiceError):
 
 class Invalid(ServiceError):
     status = 422
+
+
+class TooLarge(ServiceError):
+    status = 413
 
 
 class Overloaded(ServiceError):
@@ -512,6 +517,34 @@ class Vigil:
     def unload_model(self, name: str, version: int | None = None) -> dict:
         self._model_call(name, lambda: self.engine.unload(name, version))
         return self.model(name)
+
+    def add_model_version(self, name: str, archive: Path) -> dict:
+        """An uploaded archive of a version folder becomes `name`'s next version, once it
+        loads (vigil/model_upload.py); the server's own model files are never touched."""
+        from engine.adapters import load_model
+        from engine.repository import NAME, read_spec
+        from vigil.model_upload import UploadError, add_version
+
+        if not NAME.match(name):
+            raise Invalid(f"name: a model name is lowercase letters, digits, - and _ (at most 64); was {name!r}")
+        limits = self.settings.limits
+
+        def check(folder: Path, version: int) -> None:
+            spec = read_spec(folder / "model.yaml", name)
+            model = load_model(spec, folder, version, "cpu")  # it must build and run before it is added
+            del model
+
+        try:
+            version = add_version(self.repository.root, name, archive, limits.max_model_upload_bytes,
+                                  limits.max_model_files, check)
+        except UploadError as exc:
+            raise Invalid(f"archive: {exc}") from None
+        except RepositoryError as exc:
+            raise Invalid(self.shown(str(exc)).replace(".upload-", "upload ")) from None
+        log.info("model %s: version %d added from an upload", name, version)
+        if name in self.engine.models():
+            self._model_call(name, lambda: self.engine.reload(name))
+        return {**self.model(name), "added_version": version}
 
     def reload_model(self, name: str) -> dict:
         self._model_call(name, lambda: self.engine.reload(name))

@@ -31,6 +31,10 @@ class Limits(BaseModel):
     max_body_bytes: int = Field(1 << 20, ge=1024, le=1 << 30, description="request bodies, counted as they "
                                                                           "arrive (chunked or not)")
     max_json_depth: int = Field(32, ge=4, le=256, description="nesting of JSON and YAML bodies")
+    max_model_upload_bytes: int = Field(256 << 20, ge=1 << 20, le=16 << 30, description="a model version "
+                                        "uploaded as an archive (POST /v1/models/{name}/versions), and what it "
+                                        "unpacks to; only with a key when keys are set")
+    max_model_files: int = Field(1000, ge=1, le=100_000, description="files in an uploaded model archive")
     max_prompt_chars: int = Field(32_000, ge=16, le=10_000_000, description="an LLM prompt (or all chat "
                                                                            "messages), before tokenizing")
     max_waiting_llm_requests: int = Field(64, ge=1, le=100_000, description="LLM requests queued or running; "
