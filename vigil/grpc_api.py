@@ -107,6 +107,21 @@ def _version_ref(spec: pb.ModelSpec) -> int | str | None:
     return spec.version if which == "version" else spec.label if which == "label" else None
 
 
+TOP_K = 5
+
+
+def _classifications(result, labels: tuple[str, ...], kind: str) -> list[pb.Classification]:
+    """A classifier's top classes (its softmax, from each leaf), best first."""
+    if kind != "classification":
+        return []
+    out = []
+    for value in result.outputs.values():
+        probs = np.asarray(value, np.float32).reshape(-1)
+        for i in np.argsort(-probs, kind="stable")[:TOP_K]:
+            out.append(pb.Classification(label=labels[i] if i < len(labels) else f"class_{i}", score=float(probs[i])))
+    return out
+
+
 def _detections(dets: Detections, labels: tuple[str, ...]) -> list[pb.Detection]:
     return [pb.Detection(x0=float(b[0]), y0=float(b[1]), x1=float(b[2]), y1=float(b[3]), confidence=float(c),
                          label=labels[int(k)] if 0 <= int(k) < len(labels) else str(int(k)))
@@ -144,6 +159,10 @@ class VigilServicer(pb_grpc.VigilServicer):
             context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"model {name!r} cannot load: {exc}")
         return ref, labels
 
+    def _kind(self, spec: pb.ModelSpec) -> str:
+        with self.engine.manager.lock:
+            return self.engine.manager.resolve(spec.name, _version_ref(spec)).model.spec.output
+
     def _request(self, peer: str, spec: pb.ModelSpec, ref, image: np.ndarray, slo_ms: float, priority: int,
                  labels: Iterable[str], key=None) -> Request:
         if not (0 <= slo_ms <= MAX_SLO_MS):  # (NaN fails this too)
@@ -168,7 +187,8 @@ class VigilServicer(pb_grpc.VigilServicer):
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         return pb.PredictResponse(model_spec=pb.ModelSpec(name=result.model, version=result.version),
                                   detections=_detections(result.detections, labels),
-                                  latency_ms=result.latency_ms)
+                                  latency_ms=result.latency_ms,
+                                  classifications=_classifications(result, labels, self._kind(request.model_spec)))
 
     def StreamBlocks(self, request_iterator: Iterator[pb.Block], context: grpc.ServicerContext) -> Iterator[pb.BlockResult]:
         self._auth(context)

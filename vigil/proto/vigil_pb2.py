@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17vigil/proto/vigil.proto\x12\x08vigil.v1\"O\n\tModelSpec\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x11\n\x07version\x18\x02 \x01(\x03H\x00\x12\x0f\n\x05label\x18\x03 \x01(\tH\x00\x42\x10\n\x0eversion_choice\"4\n\x06Tensor\x12\r\n\x05shape\x18\x01 \x03(\x03\x12\r\n\x05\x64type\x18\x02 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0c\"F\n\x05Image\x12\x11\n\x07\x65ncoded\x18\x01 \x01(\x0cH\x00\x12\"\n\x06pixels\x18\x02 \x01(\x0b\x32\x10.vigil.v1.TensorH\x00\x42\x06\n\x04kind\"^\n\tDetection\x12\n\n\x02x0\x18\x01 \x01(\x02\x12\n\n\x02y0\x18\x02 \x01(\x02\x12\n\n\x02x1\x18\x03 \x01(\x02\x12\n\n\x02y1\x18\x04 \x01(\x02\x12\x12\n\nconfidence\x18\x05 \x01(\x02\x12\r\n\x05label\x18\x06 \x01(\t\"\x8b\x01\n\x0ePredictRequest\x12\'\n\nmodel_spec\x18\x01 \x01(\x0b\x32\x13.vigil.v1.ModelSpec\x12\x1e\n\x05image\x18\x02 \x01(\x0b\x32\x0f.vigil.v1.Image\x12\x0e\n\x06labels\x18\x03 \x03(\t\x12\x0e\n\x06slo_ms\x18\x04 \x01(\x01\x12\x10\n\x08priority\x18\x05 \x01(\x05\"w\n\x0fPredictResponse\x12\'\n\nmodel_spec\x18\x01 \x01(\x0b\x32\x13.vigil.v1.ModelSpec\x12\'\n\ndetections\x18\x02 \x03(\x0b\x32\x13.vigil.v1.Detection\x12\x12\n\nlatency_ms\x18\x03 \x01(\x01\"I\n\x05\x46rame\x12\x10\n\x08\x66rame_id\x18\x01 \x01(\x03\x12\x0e\n\x06pts_ms\x18\x02 \x01(\x01\x12\x1e\n\x05image\x18\x03 \x01(\x0b\x32\x0f.vigil.v1.Image\"\xa8\x01\n\x05\x42lock\x12\x11\n\tstream_id\x18\x01 \x01(\t\x12\x10\n\x08\x62lock_id\x18\x02 \x01(\x03\x12\'\n\nmodel_spec\x18\x03 \x01(\x0b\x32\x13.vigil.v1.ModelSpec\x12\x1f\n\x06\x66rames\x18\x04 \x03(\x0b\x32\x0f.vigil.v1.Frame\x12\x0e\n\x06slo_ms\x18\x05 \x01(\x01\x12\x0e\n\x06labels\x18\x06 \x03(\t\x12\x10\n\x08priority\x18\x07 \x01(\x05\"W\n\x0b\x46rameResult\x12\x10\n\x08\x66rame_id\x18\x01 \x01(\x03\x12\'\n\ndetections\x18\x02 \x03(\x0b\x32\x13.vigil.v1.Detection\x12\r\n\x05\x65rror\x18\x03 \x01(\t\"j\n\x0b\x42lockResult\x12\x11\n\tstream_id\x18\x01 \x01(\t\x12\x10\n\x08\x62lock_id\x18\x02 \x01(\x03\x12\x0f\n\x07version\x18\x03 \x01(\x03\x12%\n\x06\x66rames\x18\x04 \x03(\x0b\x32\x15.vigil.v1.FrameResult\"=\n\x12ModelStatusRequest\x12\'\n\nmodel_spec\x18\x01 \x01(\x0b\x32\x13.vigil.v1.ModelSpec\"4\n\x12ModelVersionStatus\x12\x0f\n\x07version\x18\x01 \x01(\x03\x12\r\n\x05state\x18\x02 \x01(\t\"\xaf\x01\n\x13ModelStatusResponse\x12.\n\x08versions\x18\x01 \x03(\x0b\x32\x1c.vigil.v1.ModelVersionStatus\x12\x39\n\x06labels\x18\x02 \x03(\x0b\x32).vigil.v1.ModelStatusResponse.LabelsEntry\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\x32\xd2\x01\n\x05Vigil\x12>\n\x07Predict\x12\x18.vigil.v1.PredictRequest\x1a\x19.vigil.v1.PredictResponse\x12:\n\x0cStreamBlocks\x12\x0f.vigil.v1.Block\x1a\x15.vigil.v1.BlockResult(\x01\x30\x01\x12M\n\x0eGetModelStatus\x12\x1c.vigil.v1.ModelStatusRequest\x1a\x1d.vigil.v1.ModelStatusResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17vigil/proto/vigil.proto\x12\x08vigil.v1\"O\n\tModelSpec\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x11\n\x07version\x18\x02 \x01(\x03H\x00\x12\x0f\n\x05label\x18\x03 \x01(\tH\x00\x42\x10\n\x0eversion_choice\"4\n\x06Tensor\x12\r\n\x05shape\x18\x01 \x03(\x03\x12\r\n\x05\x64type\x18\x02 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0c\"F\n\x05Image\x12\x11\n\x07\x65ncoded\x18\x01 \x01(\x0cH\x00\x12\"\n\x06pixels\x18\x02 \x01(\x0b\x32\x10.vigil.v1.TensorH\x00\x42\x06\n\x04kind\"^\n\tDetection\x12\n\n\x02x0\x18\x01 \x01(\x02\x12\n\n\x02y0\x18\x02 \x01(\x02\x12\n\n\x02x1\x18\x03 \x01(\x02\x12\n\n\x02y1\x18\x04 \x01(\x02\x12\x12\n\nconfidence\x18\x05 \x01(\x02\x12\r\n\x05label\x18\x06 \x01(\t\"\x8b\x01\n\x0ePredictRequest\x12\'\n\nmodel_spec\x18\x01 \x01(\x0b\x32\x13.vigil.v1.ModelSpec\x12\x1e\n\x05image\x18\x02 \x01(\x0b\x32\x0f.vigil.v1.Image\x12\x0e\n\x06labels\x18\x03 \x03(\t\x12\x0e\n\x06slo_ms\x18\x04 \x01(\x01\x12\x10\n\x08priority\x18\x05 \x01(\x05\".\n\x0e\x43lassification\x12\r\n\x05label\x18\x01 \x01(\t\x12\r\n\x05score\x18\x02 \x01(\x02\"\xaa\x01\n\x0fPredictResponse\x12\'\n\nmodel_spec\x18\x01 \x01(\x0b\x32\x13.vigil.v1.ModelSpec\x12\'\n\ndetections\x18\x02 \x03(\x0b\x32\x13.vigil.v1.Detection\x12\x12\n\nlatency_ms\x18\x03 \x01(\x01\x12\x31\n\x0f\x63lassifications\x18\x04 \x03(\x0b\x32\x18.vigil.v1.Classification\"I\n\x05\x46rame\x12\x10\n\x08\x66rame_id\x18\x01 \x01(\x03\x12\x0e\n\x06pts_ms\x18\x02 \x01(\x01\x12\x1e\n\x05image\x18\x03 \x01(\x0b\x32\x0f.vigil.v1.Image\"\xa8\x01\n\x05\x42lock\x12\x11\n\tstream_id\x18\x01 \x01(\t\x12\x10\n\x08\x62lock_id\x18\x02 \x01(\x03\x12\'\n\nmodel_spec\x18\x03 \x01(\x0b\x32\x13.vigil.v1.ModelSpec\x12\x1f\n\x06\x66rames\x18\x04 \x03(\x0b\x32\x0f.vigil.v1.Frame\x12\x0e\n\x06slo_ms\x18\x05 \x01(\x01\x12\x0e\n\x06labels\x18\x06 \x03(\t\x12\x10\n\x08priority\x18\x07 \x01(\x05\"W\n\x0b\x46rameResult\x12\x10\n\x08\x66rame_id\x18\x01 \x01(\x03\x12\'\n\ndetections\x18\x02 \x03(\x0b\x32\x13.vigil.v1.Detection\x12\r\n\x05\x65rror\x18\x03 \x01(\t\"j\n\x0b\x42lockResult\x12\x11\n\tstream_id\x18\x01 \x01(\t\x12\x10\n\x08\x62lock_id\x18\x02 \x01(\x03\x12\x0f\n\x07version\x18\x03 \x01(\x03\x12%\n\x06\x66rames\x18\x04 \x03(\x0b\x32\x15.vigil.v1.FrameResult\"=\n\x12ModelStatusRequest\x12\'\n\nmodel_spec\x18\x01 \x01(\x0b\x32\x13.vigil.v1.ModelSpec\"4\n\x12ModelVersionStatus\x12\x0f\n\x07version\x18\x01 \x01(\x03\x12\r\n\x05state\x18\x02 \x01(\t\"\xaf\x01\n\x13ModelStatusResponse\x12.\n\x08versions\x18\x01 \x03(\x0b\x32\x1c.vigil.v1.ModelVersionStatus\x12\x39\n\x06labels\x18\x02 \x03(\x0b\x32).vigil.v1.ModelStatusResponse.LabelsEntry\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\x32\xd2\x01\n\x05Vigil\x12>\n\x07Predict\x12\x18.vigil.v1.PredictRequest\x1a\x19.vigil.v1.PredictResponse\x12:\n\x0cStreamBlocks\x12\x0f.vigil.v1.Block\x1a\x15.vigil.v1.BlockResult(\x01\x30\x01\x12M\n\x0eGetModelStatus\x12\x1c.vigil.v1.ModelStatusRequest\x1a\x1d.vigil.v1.ModelStatusResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -43,24 +43,26 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_DETECTION']._serialized_end=338
   _globals['_PREDICTREQUEST']._serialized_start=341
   _globals['_PREDICTREQUEST']._serialized_end=480
-  _globals['_PREDICTRESPONSE']._serialized_start=482
-  _globals['_PREDICTRESPONSE']._serialized_end=601
-  _globals['_FRAME']._serialized_start=603
-  _globals['_FRAME']._serialized_end=676
-  _globals['_BLOCK']._serialized_start=679
-  _globals['_BLOCK']._serialized_end=847
-  _globals['_FRAMERESULT']._serialized_start=849
-  _globals['_FRAMERESULT']._serialized_end=936
-  _globals['_BLOCKRESULT']._serialized_start=938
-  _globals['_BLOCKRESULT']._serialized_end=1044
-  _globals['_MODELSTATUSREQUEST']._serialized_start=1046
-  _globals['_MODELSTATUSREQUEST']._serialized_end=1107
-  _globals['_MODELVERSIONSTATUS']._serialized_start=1109
-  _globals['_MODELVERSIONSTATUS']._serialized_end=1161
-  _globals['_MODELSTATUSRESPONSE']._serialized_start=1164
-  _globals['_MODELSTATUSRESPONSE']._serialized_end=1339
-  _globals['_MODELSTATUSRESPONSE_LABELSENTRY']._serialized_start=1294
-  _globals['_MODELSTATUSRESPONSE_LABELSENTRY']._serialized_end=1339
-  _globals['_VIGIL']._serialized_start=1342
-  _globals['_VIGIL']._serialized_end=1552
+  _globals['_CLASSIFICATION']._serialized_start=482
+  _globals['_CLASSIFICATION']._serialized_end=528
+  _globals['_PREDICTRESPONSE']._serialized_start=531
+  _globals['_PREDICTRESPONSE']._serialized_end=701
+  _globals['_FRAME']._serialized_start=703
+  _globals['_FRAME']._serialized_end=776
+  _globals['_BLOCK']._serialized_start=779
+  _globals['_BLOCK']._serialized_end=947
+  _globals['_FRAMERESULT']._serialized_start=949
+  _globals['_FRAMERESULT']._serialized_end=1036
+  _globals['_BLOCKRESULT']._serialized_start=1038
+  _globals['_BLOCKRESULT']._serialized_end=1144
+  _globals['_MODELSTATUSREQUEST']._serialized_start=1146
+  _globals['_MODELSTATUSREQUEST']._serialized_end=1207
+  _globals['_MODELVERSIONSTATUS']._serialized_start=1209
+  _globals['_MODELVERSIONSTATUS']._serialized_end=1261
+  _globals['_MODELSTATUSRESPONSE']._serialized_start=1264
+  _globals['_MODELSTATUSRESPONSE']._serialized_end=1439
+  _globals['_MODELSTATUSRESPONSE_LABELSENTRY']._serialized_start=1394
+  _globals['_MODELSTATUSRESPONSE_LABELSENTRY']._serialized_end=1439
+  _globals['_VIGIL']._serialized_start=1442
+  _globals['_VIGIL']._serialized_end=1652
 # @@protoc_insertion_point(module_scope)
