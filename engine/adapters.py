@@ -104,6 +104,8 @@ class LoadedModel:
         kind = self.spec.output
         if kind == "detections":
             return named_detections(self.spec, output, frame_size) if isinstance(output, dict) else output
+        if kind in ("centernet", "classification"):
+            check_output(self.spec, output)
         if kind == "centernet":
             from engine.models.scenedet import decode
 
@@ -151,9 +153,24 @@ def named_detections(spec: ModelSpec, output: dict, frame_size: tuple[int, int])
     return Detections(xyxy, scores[keep], labels[keep])
 
 
+CHECKED_KINDS = ("classification", "centernet", *YOLO_KINDS)  # outputs whose layout is checked at load
+CENTERNET_KEYS = {"heatmap", "offset", "size"}
+
+
 def check_output(spec: ModelSpec, output: Any) -> None:
     """One item's output against the declared kind; OutputMismatch names both."""
-    if spec.output in YOLO_KINDS:
+    if spec.output == "classification":
+        shape = tuple(getattr(output, "shape", ()))
+        classes = shape[-1] if shape else None
+        if len(shape) != 1 or (spec.labels and classes != len(spec.labels)):
+            want = f"[{len(spec.labels)} classes]" if spec.labels else "[classes]"
+            raise OutputMismatch(f"a classification output is {want} per image (the labels name "
+                                 f"{len(spec.labels)}); one image's was {list(shape)}")
+    elif spec.output == "centernet":
+        if not isinstance(output, dict) or set(output) != CENTERNET_KEYS:
+            seen = sorted(output) if isinstance(output, dict) else type(output).__name__
+            raise OutputMismatch(f"a centernet output is a dict of {sorted(CENTERNET_KEYS)} per head; was {seen}")
+    elif spec.output in YOLO_KINDS:
         from engine.yolo import LayoutError, check_layout
 
         shape = tuple(getattr(output, "shape", ()))
@@ -284,7 +301,7 @@ def load_model(spec: ModelSpec, folder: Path, version: int, device: str) -> Load
                    "torch_export": _exported, "onnx": _onnx, "opencv_hog": _opencv,
                    "opencv_haar": _opencv, "transformers": _transformers}[spec.adapter]
         model = builder(spec, folder, version, device)
-        if spec.output in YOLO_KINDS:
+        if spec.output in CHECKED_KINDS:
             _probe(model, yaml_path)
         return model
     except RepositoryError:

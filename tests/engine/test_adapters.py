@@ -106,3 +106,14 @@ def test_opencv_bad_cascade_is_named(tmp_path):
     from engine.repository import RepositoryError
     with pytest.raises(RepositoryError, match="config: cascade: 'nope.xml' is not one of OpenCV's cascades"):
         run_once(tmp_path, "cv")
+
+
+def test_a_classifier_whose_output_does_not_fit_its_labels_fails_its_load(tmp_path):
+    from engine.repository import RepositoryError
+
+    write_model(tmp_path, "rn", 1, {"adapter": "torchvision", "arch": "resnet18", "factory": None,
+                                    "weights": "random", "config": {"num_classes": 5}, "split": [],
+                                    "output": "classification", "labels": ["a", "b", "c"], "batch_sizes": [1]})
+    with pytest.raises(RepositoryError, match=r"rn/1/model.yaml: output: a classification output is \[3 classes\]"
+                                              r" per image .*; one image's was \[5\]"):
+        run_once(tmp_path, "rn")
