@@ -182,7 +182,8 @@ def figures_agree(text: str, agg: Aggregate) -> bool:
 
 
 def answer(question: str, events: list[dict], captions: list[dict], generate: Callable[[str], str],
-           lines: list[str], zones: list[str], embedder: Embedder | None = None, stream: str | None = None,
+           lines: list[str], zones: list[str], embedder: "Embedder | Callable[[], Embedder] | None" = None,
+           stream: str | None = None,
            since_ms: float | None = None, until_ms: float | None = None) -> dict:
     started = time.perf_counter()
     events = [e for e in events if (stream is None or e["stream"] == stream)
@@ -206,6 +207,8 @@ def answer(question: str, events: list[dict], captions: list[dict], generate: Ca
         citations.append({"stream": stream, "t_start_ms": t_lo, "t_end_ms": t_hi, "event_ids": []})
     window = [c for c in captions if c["t_end_ms"] > t_lo and c["t_start_ms"] <= (t_hi if t_hi is not None else 1e300)]
     if embedder is not None and window:
+        if callable(embedder):  # loaded on first use: ranking captions is the only thing that needs it
+            embedder = embedder()
         for i in embedder.rank(question, [c["text"] for c in window], 3):
             c = window[i]
             citations.append({"stream": c["stream"], "t_start_ms": c["t_start_ms"], "t_end_ms": c["t_end_ms"],

@@ -108,7 +108,8 @@ class Vigil:
         self.llm = None  # the LLM engine, loaded by start()
         self._facts: dict[str, FactsCollector] = {}
         self._captions: queue.Queue = queue.Queue()
-        self._embedder = None
+        self._embedder: Embedder | None = None
+        self._embedder_lock = threading.Lock()
         self._lock = threading.RLock()
         self.workers: dict[str, StreamWorker] = {}
         self.apps: dict[str, AppSpec] = {}
@@ -222,9 +223,6 @@ class Vigil:
             raise NotFound(f"no stream {stream!r}")
         lines = sorted({name for s in self.apps.values() for name in s.lines})
         zones = sorted({name for s in self.apps.values() for name in s.zones})
-        if self._embedder is None:
-            self._embedder = Embedder()
-
         def generate(prompt: str) -> str:
             try:
                 handle = engine.add_request(prompt, SamplingParams(max_tokens=64, stop=("\n",)), priority=8,
@@ -234,7 +232,16 @@ class Vigil:
             return handle.result(120).text
 
         return answer(question, self.storage.all_events(stream), self.storage.captions(stream), generate,
-                      lines, zones, self._embedder, stream, since_ms, until_ms)
+                      lines, zones, self._sentence_embedder, stream, since_ms, until_ms)
+
+    def _sentence_embedder(self) -> Embedder:
+        """Loaded once, by the first question that has captions to rank (about 8 s on two
+        cores): a question that is refused, or has no captions in its window, never waits
+        for it."""
+        with self._embedder_lock:
+            if self._embedder is None:
+                self._embedder = Embedder()
+            return self._embedder
 
     @property
     def ready(self) -> bool:
