@@ -112,3 +112,24 @@ def test_a_first_sighting_must_state_the_clock_time_seen():
                  LINES, ZONES)
     assert good["grounding"] == "model"
     assert (bad["grounding"], bad["answer"]) == ("template", good["answer"])
+
+
+def test_the_embedder_loads_only_when_there_are_captions_to_rank():
+    loads = []
+
+    class Ranker:
+        def rank(self, query, texts, k):
+            return list(range(min(k, len(texts))))
+
+    def embedder():
+        loads.append(1)
+        return Ranker()
+
+    with pytest.raises(ValueError):
+        answer("0", EVENTS, [], lambda p: "x", LINES, ZONES, embedder)
+    answer("how many cars crossed midblock?", EVENTS, [], lambda p: "3 cars crossed.", LINES, ZONES, embedder)
+    assert loads == []
+    caption = {"stream": "s", "t_start_ms": 0.0, "t_end_ms": 20000.0, "text": "2 cars in view.", "event_ids": []}
+    out = answer("how many cars crossed midblock?", EVENTS, [caption], lambda p: "3 cars crossed.", LINES, ZONES,
+                 embedder)
+    assert loads == [1] and out["citations"][-1]["caption"] == "2 cars in view."
