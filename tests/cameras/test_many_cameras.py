@@ -1,6 +1,8 @@
 """Several cameras on one shared model through the real pipeline (`vigil serve`, looping
-files, the people counter on each): more frames than two cores can detect (about 16 a
-second here, with four streams decoding beside the model; they offer about 38). The
+files, the people counter on each): more frames than two cores can detect (about 33 a
+second here within their SLO, with six streams decoding beside the model; they offer
+about 68; four streams, at 38, no longer overloaded it once the server ran under
+jemalloc). The
 highest-priority app keeps its SLO while the others are shed, equal apps share the
 misses, an app with min_fps gives up rate first, and the overload is visible in the
 API, in /metrics and in the log.
@@ -18,7 +20,7 @@ import pytest
 
 from support.processes import VigilServer, wait_for
 
-N = 4
+N = 6
 WINDOW_S = 30.0
 
 
@@ -76,12 +78,16 @@ def test_the_high_priority_camera_keeps_its_slo(measured):
     before, after = measured[0], measured[1]
     offered = sum(a["arrived"] - b["arrived"] for a, b in zip(after, before)) / WINDOW_S
     served = sum(a["within_slo"] - b["within_slo"] for a, b in zip(after, before)) / WINDOW_S
+    print(f"offered {offered:.1f} frames/s, served in SLO {served:.1f}")
     assert served < 0.9 * offered, (served, offered)  # overloaded indeed: the test means something
     everyone = [attainment(measured, i) for i in range(N)]
     # (at least 0.95 on an idle machine, 0.83 with a third of it taken by another process; the
     # old scheduler starved it: under 5 results in 5 minutes)
     assert everyone[0] >= 0.8, everyone
-    assert everyone[0] >= max(everyone[1:]) + 0.3, everyone  # the lower priorities are shed first
+    # the lower priorities are shed first: the priority camera misses at most half the
+    # share the lower ones miss on average (how much they miss depends on the machine)
+    low = sum(everyone[1:]) / (N - 1)
+    assert 1 - everyone[0] <= 0.5 * (1 - low), everyone
 
 
 def test_equal_cameras_share_the_misses(measured):

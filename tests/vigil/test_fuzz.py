@@ -17,11 +17,12 @@ from support.processes import VigilServer, wait_for
 
 # What no static schema can say, so these operations are left out of the "valid data
 # is accepted" check (and only of it): whether /v1/ask understands a question depends
-# on the lines and zones configured, and a completion fits the model's context only if
-# its prompt's tokens and max_tokens do.
+# on the lines and zones configured, a completion fits the model's context only if
+# its prompt's tokens and max_tokens do, and an uploaded model version must be an
+# archive of a model that builds and runs.
 CONFIG = """
 [[operations]]
-include-path-regex = "^/v1/(ask|completions|chat/completions)$"
+include-path-regex = "^/v1/(ask|completions|chat/completions|models/[^/]+/versions)$"
 checks.positive_data_acceptance.enabled = false
 """
 
