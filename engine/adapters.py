@@ -104,7 +104,7 @@ class LoadedModel:
         kind = self.spec.output
         if kind == "detections":
             return named_detections(self.spec, output, frame_size) if isinstance(output, dict) else output
-        if kind in ("centernet", "classification"):
+        if kind in CHECKED_KINDS:
             check_output(self.spec, output)
         if kind == "centernet":
             from engine.models.scenedet import decode
@@ -132,7 +132,6 @@ def yolo_detections(spec: ModelSpec, output: Any, frame_size: tuple[int, int]) -
     from engine import yolo
 
     post = spec.postprocess
-    check_output(spec, output)
     found = yolo.suppress(spec.output, yolo.candidates(spec.output, output.cpu(), post.min_score),
                           post.nms_iou, post.max_detections, post.class_agnostic)
     known = (found.cls >= 0) & (found.cls < len(spec.labels))  # an end2end class outside the labels is not ours
@@ -416,7 +415,6 @@ def _torch_model(spec: ModelSpec, folder: Path, version: int, device: str) -> Lo
     model.eval()
     if spec.adapter == "torchvision" and spec.arch in torchvision_detectors():
         return _torchvision_detector(spec, folder, version, device, model, random)
-    model.eval()
     children = dict(model.named_children())
     parts: dict[str, nn.Module] = {}
     if spec.adapter == "torchvision" and spec.split:

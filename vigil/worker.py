@@ -71,7 +71,6 @@ class StreamWorker:
         # stream time: most often a model whose output does not fit its labels or kind
         self.quiet_after_ms = quiet_after_s * 1000.0
         self.app_warnings: dict[str, str] = {}
-        self._quiet: dict[str, tuple[int, float]] = {}  # app -> (detections seen, quiet stream ms)
         self.snapshots: dict[str, bytes] = {}  # app -> latest annotated frame, JPEG
         self._snapshot_ms: dict[str, float] = {}
         self._runners: dict[str, AppRunner] = {}
@@ -105,7 +104,6 @@ class StreamWorker:
             self.app_status.pop(name, None)
             self.snapshots.pop(name, None)
             self.app_warnings.pop(name, None)
-            self._quiet.pop(name, None)
             self._changed = True
 
     def app_names(self) -> list[str]:
@@ -197,22 +195,18 @@ class StreamWorker:
 
     def _watch_quiet(self, runner: AppRunner, span_s: float) -> None:
         name, found = runner.app.name, runner.app.num_detections
-        seen, quiet_ms = self._quiet.get(name, (0, 0.0))
-        if found < seen:  # the app was made anew (a PATCH): its count starts again
-            seen, quiet_ms = 0, 0.0
-        if found > seen:
-            quiet_ms = 0.0
+        if found > runner.seen_detections:
+            runner.seen_detections, runner.quiet_ms = found, 0.0
             if self.app_warnings.pop(name, None) is not None:
                 log.info("app %s on stream %s detects its classes again", name, self.name)
         elif runner.block_results:
-            quiet_ms += span_s * 1000.0
-            if quiet_ms >= self.quiet_after_ms and name not in self.app_warnings:
+            runner.quiet_ms += span_s * 1000.0
+            if runner.quiet_ms >= self.quiet_after_ms and name not in self.app_warnings:
                 classes = runner.app.spec.classes or "any class"
-                warning = (f"no detections of {classes} in the last {quiet_ms / 1000.0:.0f} s of analysed frames "
-                           f"(does the model's output fit its kind and labels?)")
+                warning = (f"no detections of {classes} in the last {runner.quiet_ms / 1000.0:.0f} s of analysed "
+                           f"frames (does the model's output fit its kind and labels?)")
                 self.app_warnings[name] = warning
                 log.warning("app %s on stream %s: %s", name, self.name, warning)
-        self._quiet[name] = (found, quiet_ms)
 
     def _span_s(self, block: FrameBlock) -> float:
         """Stream time a block covers (its last frame's period included)."""
