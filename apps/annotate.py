@@ -35,3 +35,6 @@ def draw_app(img: np.ndarray, app: App, tracked: Detections, color_index: int) -
     for (x0, y0, x1, y1), tid, cid in zip(tracked.xyxy.astype(int), tracked.tracker_id, tracked.class_id):
         cv2.rectangle(img, (x0, y0), (x1, y1), color, 1)
         _label(img, f"#{tid} {app.labels[cid]}", (x0, y0 - 1), color, 0.35)
+    if app.frame_class is not None:  # a classifier's best class, top left, one row per app
+        score = app.last_classes[0][1] if app.last_classes else 0.0
+        _label(img, f"{app.name}: {app.frame_class} {score:.2f}", (4, 14 + 14 * color_index), color)

@@ -6,6 +6,10 @@ batches) and hands them to `observe`, which tracks them and applies lines and zo
 
 Per frame: keep detections above `min_confidence` -> track all classes -> each track's
 class is its majority vote -> count only the app's classes on lines and zones.
+
+A classifier's answer (`Classes`) is kept per frame as the app's `top_k` best classes;
+its best class, once at `min_confidence`, is the frame's class: a change of it is a
+`class_change` event, and the summary counts the frames of each.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from apps.counting import LineCounter, ZoneMonitor
 from apps.events import Event
 from apps.spec import AppSpec
 from apps.tracking import Tracker
+from engine.classes import Classes
 from engine.detections import Detections
 from streams.frames import FrameBlock
 
@@ -35,6 +40,8 @@ class FrameResult:
     frame_id: int
     pts_ms: float
     tracked: Detections  # confirmed tracks of the app's classes
+    detections: Detections = field(default_factory=Detections.empty)  # the model's, before the app's filters
+    classes: list[tuple[str, float]] = field(default_factory=list)  # a classifier's best, best first
 
 
 @dataclass
@@ -51,6 +58,9 @@ class App:
     num_frames: int = 0
     num_tracks: int = 0  # confirmed tracks of the app's classes
     num_detections: int = 0  # detections of the app's classes at its min_confidence
+    frame_class: str | None = None  # a classifier's best class at min_confidence, as last changed
+    class_frames: dict[str, int] = field(default_factory=dict)  # frames of each best class
+    last_classes: list[tuple[str, float]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         spec = self.spec
@@ -90,22 +100,40 @@ class App:
             self.zones.append(old if keep else ZoneMonitor(name, polygon))
         self.spec = spec
 
-    def observe(self, block: FrameBlock, detections: list[Detections]) -> tuple[list[Event], list[FrameResult]]:
+    def observe(self, block: FrameBlock, detections: list[Detections],
+                classes: list[Classes | None] | None = None) -> tuple[list[Event], list[FrameResult]]:
         """Apply one block's detections: one `Detections` per frame of `block`, which
-        holds the frames sampled for this app."""
-        if len(detections) != len(block):
+        holds the frames sampled for this app; `classes`, a classifier's answer per frame."""
+        if len(detections) != len(block) or (classes is not None and len(classes) != len(block)):
             raise ValueError(f"{self.name}: got {len(detections)} detection sets for {len(block)} frames")
         events: list[Event] = []
         results: list[FrameResult] = []
         for i, dets in enumerate(detections):
             result = FrameResult(int(block.frame_ids[i]), float(block.pts_ms[i]), Detections.empty())
             events += self._observe_frame(result, dets)
+            if classes is not None and classes[i] is not None:
+                events += self._classify_frame(result, classes[i])
             results.append(result)
         return events, results
+
+    def _classify_frame(self, result: FrameResult, classes: Classes) -> list[Event]:
+        top = [(self.labels[c] if c < len(self.labels) else f"class_{c}", round(p, 6))
+               for c, p in classes.top(self.spec.top_k, self._wanted[self._wanted < len(classes)])]
+        result.classes = self.last_classes = top
+        if not top or top[0][1] < self.spec.min_confidence:
+            return []
+        best = top[0][0]
+        self.class_frames[best] = self.class_frames.get(best, 0) + 1
+        if best == self.frame_class:
+            return []
+        previous, self.frame_class = self.frame_class, best
+        return [Event("class_change", self.name, self.stream_id, result.pts_ms, -1, best,
+                      {"from": previous, "score": top[0][1], "classes": [list(t) for t in top]})]
 
     def _observe_frame(self, result: FrameResult, dets: Detections) -> list[Event]:
         t_ms = result.pts_ms
         self.num_frames += 1
+        result.detections = dets
         dets = dets[dets.confidence >= self.spec.min_confidence]
         self.num_detections += int(np.isin(dets.class_id, self._wanted).sum())
         tracked = self.tracker.update(dets)
@@ -165,4 +193,8 @@ class App:
         zones = {z.name: {"entered": z.num_entered,
                           "occupancy": {self.labels[c]: n for c, n in sorted(z.occupancy().items())}}
                  for z in self.zones}
-        return {"tracks": self.num_tracks, "lines": lines, "zones": zones}
+        counts = {"tracks": self.num_tracks, "lines": lines, "zones": zones}
+        if self.last_classes:
+            counts["classes"] = {"current": self.frame_class, "frames": dict(sorted(self.class_frames.items())),
+                                 "last": [list(t) for t in self.last_classes]}
+        return counts

@@ -1,13 +1,14 @@
-"""Events an app emits: track_start, track_end, line_cross, zone_enter, zone_exit; and
-model_selected when adaptive selection moves an app to another model version (track_id
--1, class "")."""
+"""Events an app emits: track_start, track_end, line_cross, zone_enter, zone_exit;
+class_change when a classifier's best class changes (track_id -1, class the new one);
+and model_selected when adaptive selection moves an app to another model version
+(track_id -1, class "")."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
 
-EVENT_TYPES = ("track_start", "track_end", "line_cross", "zone_enter", "zone_exit", "model_selected")
+EVENT_TYPES = ("track_start", "track_end", "line_cross", "zone_enter", "zone_exit", "class_change", "model_selected")
 
 
 @dataclass(frozen=True)

@@ -118,6 +118,7 @@ class AppSpec(BaseModel):
                                               "to this many frames per second (at most fps) before its frames "
                                               "are dropped; never lowered when omitted")
     min_confidence: float = Field(0.3, ge=0, le=1, strict=True)
+    top_k: json_int(ge=1, le=100) = Field(5, description="a classifier's best classes kept per frame")
     lines: dict[PartName, Line] = Field(default_factory=dict, max_length=64,
                                         json_schema_extra={"additionalProperties": False})
     zones: dict[PartName, Zone] = Field(default_factory=dict, max_length=64,

@@ -23,6 +23,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from engine.classes import Classes
 from engine.detections import Detections
 from engine.repository import YOLO_KINDS, ModelSpec, RepositoryError
 from engine.tracing import TracedModule
@@ -100,7 +101,7 @@ class LoadedModel:
         return [{leaf: self.postprocess(leaf, per_leaf[leaf][i], size) for leaf in leaves} for i in range(len(frames))]
 
     def postprocess(self, leaf: str, output: Any, frame_size: tuple[int, int]) -> Any:
-        """One item's leaf output -> Detections (detectors) or a numpy array."""
+        """One item's leaf output -> Detections (detectors), Classes (classifiers) or a numpy array."""
         kind = self.spec.output
         if kind == "detections":
             return named_detections(self.spec, output, frame_size) if isinstance(output, dict) else output
@@ -123,7 +124,7 @@ class LoadedModel:
 
         tensor = output.float().cpu()
         if kind == "classification":
-            tensor = torch.softmax(tensor, dim=-1)
+            return Classes(torch.softmax(tensor.reshape(-1), dim=-1).numpy())
         return tensor.numpy()
 
 
@@ -377,12 +378,16 @@ def _torchvision_detector(spec: ModelSpec, folder: Path, version: int, device: s
                           random: bool) -> LoadedModel:
     """The model's own transform (resize, normalise) runs inside it, on whole frames;
     its list of {boxes, labels, scores} per image becomes Detections in frame pixels,
-    with torchvision's label ids (0 is the background)."""
+    with torchvision's label ids (0 is the background). `split: [backbone, head]` makes
+    the transform and backbone a fragment of their own, shared by every detector with
+    the same backbone weights (engine/tv_detection.py)."""
     import torch
 
     yaml_path = folder / "model.yaml"
-    if spec.split:
-        raise RepositoryError(f"{yaml_path}: split: torchvision detectors run as one fragment")
+    names = [f.name for f in spec.fragments()]
+    if names not in ([], ["backbone", "head"]):
+        raise RepositoryError(f"{yaml_path}: split: a torchvision detector splits as [backbone, head] (the "
+                              f"transform and backbone, then the rest); was {names}")
     classes = spec.config.get("num_classes", 91)
     if len(spec.labels) != classes:
         raise RepositoryError(f"{yaml_path}: labels: {spec.arch} has {classes} classes (num_classes, with the "
@@ -390,22 +395,37 @@ def _torchvision_detector(spec: ModelSpec, folder: Path, version: int, device: s
     if spec.output not in ("detections", "tensor"):
         raise RepositoryError(f"{yaml_path}: output: a torchvision detector gives detections; was {spec.output!r}")
     model = model.to(device)
+    extra = {"adapter": "torchvision", "arch": spec.arch}
 
-    def run(batch: list) -> list:
-        with torch.inference_mode():
-            return model([image.float().div(255.0) for image in batch])
+    def images(batch: list) -> list:
+        return [image.float().div(255.0) for image in batch]
 
-    def split(out: list, n: int) -> list[Detections]:
+    def detections(out: list, n: int) -> list[Detections]:
         return [Detections(o["boxes"].float().cpu().numpy(), o["scores"].float().cpu().numpy(),
                            o["labels"].cpu().numpy()) for o in out]
 
     def preprocess(frames: np.ndarray) -> list:
         return [torch.from_numpy(np.ascontiguousarray(f)).to(device).permute(2, 0, 1) for f in frames]
 
-    frag = Fragment("model", torch_hash(model, {"adapter": "torchvision", "arch": spec.arch}), None, run,
-                    _list_collate, split, model)
+    if names:
+        from engine import tv_detection as tv
+
+        trunk = tv.backbone_part(model)
+        head, given = tv.head_part(model)
+        fragments = {
+            "backbone": Fragment("backbone", torch_hash(trunk, extra), None,
+                                 lambda batch: tv.run_backbone(model, images(batch)), _list_collate, _list_split,
+                                 trunk),
+            "head": Fragment("head", torch_hash(head, extra), "backbone", lambda batch: tv.run_head(head, given, batch),
+                             tv.collate_features, detections, head)}
+    else:
+        def run(batch: list) -> list:
+            with torch.inference_mode():
+                return model(images(batch))
+
+        fragments = {"model": Fragment("model", torch_hash(model, extra), None, run, _list_collate, detections, model)}
     spec = spec.model_copy(update={"output": "detections"})
-    return LoadedModel(spec, version, folder, device, {"model": frag}, random, preprocess)
+    return LoadedModel(spec, version, folder, device, fragments, random, preprocess)
 
 
 def _torch_model(spec: ModelSpec, folder: Path, version: int, device: str) -> LoadedModel:
@@ -465,11 +485,13 @@ def _inference(module, name: str = ""):
 
 
 def _single(spec: ModelSpec, folder: Path, version: int, device: str, module, digest: str,
-            random: bool = False) -> LoadedModel:
+            random: bool = False, fixed_batch: int | None = None) -> LoadedModel:
     if spec.split:
         raise RepositoryError(f"{folder / 'model.yaml'}: split: {spec.adapter} models run as one fragment")
-    frag = Fragment("model", digest, None, image_input(spec, device, _inference(module, spec.name)), _torch_collate,
-                    _torch_split, module)
+    run = _inference(module, spec.name)
+    if fixed_batch is not None:
+        run = _padded_to(fixed_batch, run)
+    frag = Fragment("model", digest, None, image_input(spec, device, run), _torch_collate, _torch_split, module)
     return LoadedModel(spec, version, folder, device, {"model": frag}, random, image_preprocess(spec, device))
 
 
@@ -490,15 +512,40 @@ def _scripted(spec: ModelSpec, folder: Path, version: int, device: str) -> Loade
     return _single(spec, folder, version, device, module, _file_hash(path, {"adapter": "torchscript", **_root_extra(spec)}))
 
 
+def _padded_to(batch: int, run: Callable) -> Callable:
+    """A fixed-batch model called with fewer images: pad with zeros, drop the padding."""
+    import torch
+
+    def padded(x):
+        n = x.shape[0]
+        if n >= batch:
+            return run(x)
+        out = run(torch.cat([x, x.new_zeros((batch - n, *x.shape[1:]))]))
+        if isinstance(out, dict):
+            return {k: v[:n] for k, v in out.items()}
+        return type(out)(v[:n] for v in out) if isinstance(out, (tuple, list)) else out[:n]
+
+    return padded
+
+
 def _exported(spec: ModelSpec, folder: Path, version: int, device: str) -> LoadedModel:
+    """A torch.export file; its input's static dimensions fix the batch and size as an
+    ONNX file's do (a TorchScript file records no input shape)."""
     import torch
 
     path = folder / spec.weights
     try:
-        module = torch.export.load(str(path)).module().to(device)
+        program = torch.export.load(str(path))
+        module = program.module().to(device)
     except Exception as exc:
         raise RepositoryError(f"{folder / 'model.yaml'}: weights: {path.name} is not a torch.export file ({exc})") from None
-    return _single(spec, folder, version, device, module, _file_hash(path, {"adapter": "torch_export", **_root_extra(spec)}))
+    inputs = [n for n in program.graph.nodes if n.op == "placeholder" and n.name in program.graph_signature.user_inputs]
+    shape = [int(d) if isinstance(d, int) else None for d in inputs[0].meta["val"].shape] if inputs else None
+    fixed_batch = None
+    if shape is not None:
+        spec, fixed_batch = fit_to_file(spec, shape, folder / "model.yaml", path.name)
+    return _single(spec, folder, version, device, module,
+                   _file_hash(path, {"adapter": "torch_export", **_root_extra(spec)}), fixed_batch=fixed_batch)
 
 
 def _onnx(spec: ModelSpec, folder: Path, version: int, device: str) -> LoadedModel:

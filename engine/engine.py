@@ -33,6 +33,7 @@ from typing import Any, Callable, Hashable, Iterator
 
 import numpy as np
 
+from engine.classes import Classes
 from engine.detections import Detections
 from engine.metrics import EngineMetrics
 from engine.repository import ModelRepository
@@ -91,6 +92,11 @@ class Result:
     def detections(self) -> Detections:
         return Detections.concat([o for o in self.outputs.values() if isinstance(o, Detections)])
 
+    @property
+    def classes(self) -> Classes | None:
+        """A classifier's answer (its first leaf that gives one); None for other models."""
+        return next((o for o in self.outputs.values() if isinstance(o, Classes)), None)
+
 
 @dataclass
 class _State:
@@ -129,10 +135,15 @@ class _Entry:
         self.slo_ms = min(self.slo_ms, state.request.slo_ms)
 
     def shape(self) -> Any:
-        x = self.input
-        if isinstance(x, dict):
-            return tuple(sorted((k, tuple(v.shape)) for k, v in x.items()))
-        return tuple(getattr(x, "shape", ()))
+        return _shape(self.input)
+
+
+def _shape(x: Any) -> Any:
+    """An input's shape: a tensor's, or a dict's keys with their values' (nested); other
+    values have none."""
+    if isinstance(x, dict):
+        return tuple(sorted((k, _shape(v)) for k, v in x.items()))
+    return tuple(getattr(x, "shape", ()))
 
 
 def monotonic_ms() -> float:

@@ -31,7 +31,7 @@ class CheckpointError(ValueError):
     """A checkpoint directory that cannot be loaded; the message names the file and field."""
 
 
-FAMILIES = ("llama", "mistral", "qwen2", "qwen3")  # config.json model_type; SmolLM2 is a llama
+FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "phi3")  # config.json model_type; SmolLM2 is a llama
 ROPE_TYPES = ("default", "linear", "dynamic", "llama3", "yarn")
 
 
@@ -156,6 +156,21 @@ class RMSNorm(nn.Module):
         x = x.float()
         x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
         return self.weight * x.to(dtype)
+
+
+def _unfused(key: str, tensor: torch.Tensor, cfg: LlamaConfig) -> dict[str, torch.Tensor]:
+    """Phi-3 keeps q, k and v in one `qkv_proj` and the MLP's gate and up in one
+    `gate_up_proj` (gate first); the layer holds them apart (and fuses its own way)."""
+    prefix, _, rest = key.rpartition("qkv_proj.")
+    if _:
+        nq, nkv = cfg.num_attention_heads * cfg.head_dim, cfg.num_key_value_heads * cfg.head_dim
+        q, k, v = tensor.split((nq, nkv, nkv), dim=0)
+        return {f"{prefix}q_proj.{rest}": q, f"{prefix}k_proj.{rest}": k, f"{prefix}v_proj.{rest}": v}
+    prefix, _, rest = key.rpartition("gate_up_proj.")
+    if _:
+        gate, up = tensor.chunk(2, dim=0)
+        return {f"{prefix}gate_proj.{rest}": gate, f"{prefix}up_proj.{rest}": up}
+    return {key: tensor}
 
 
 def _sliding_window(raw: dict) -> int | None:
@@ -308,7 +323,7 @@ class LlamaModel(nn.Module):
         for name, tensor in state.items():
             key = name.removeprefix("model.")
             key = key.replace("self_attn.", "").replace("mlp.", "")
-            mapped[key] = tensor.float()
+            mapped.update(_unfused(key, tensor.float(), cfg))
         if cfg.tie_word_embeddings or "lm_head.weight" not in mapped:
             mapped["lm_head.weight"] = mapped.get("embed_tokens.weight")
         expected = set(model.state_dict())

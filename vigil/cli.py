@@ -27,7 +27,7 @@ def _run(args: argparse.Namespace) -> int:
         options = RunOptions(out_dir=args.out, video=not args.no_video, max_frames=args.max_frames,
                              device=args.device, block_frames=args.block_frames,
                              progress=sys.stderr.isatty() and not args.quiet, repository=args.models,
-                             policy=args.policy, realtime=args.realtime)
+                             policy=args.policy, realtime=args.realtime, detections=args.detections)
         summary = run_offline(args.source, specs, options)
     except (RunError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -35,7 +35,7 @@ def _run(args: argparse.Namespace) -> int:
     if not args.quiet:
         print(format_table(summary))
         outputs = summary["outputs"]
-        written = ", ".join(str(p) for p in (outputs["summary"], outputs["events"], outputs["video"]) if p)
+        written = ", ".join(str(outputs[k]) for k in ("summary", "events", "video", "detections") if outputs[k])
         print(f"wrote {written}")
     if summary["error"]:
         print(f"error: {summary['error']}", file=sys.stderr)
@@ -365,6 +365,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--realtime", action="store_true",
                      help="pace the file like a live camera and drop frames that miss their deadline (default: "
                           "analyse every sampled frame, so results never depend on the machine's speed)")
+    run.add_argument("--detections", action="store_true",
+                     help="also write each analysed frame's detections (and a classifier's best classes) to "
+                          "detections.jsonl")
     run.add_argument("-q", "--quiet", action="store_true", help="no progress bar or table")
     run.set_defaults(func=_run)
 

@@ -110,16 +110,13 @@ def _version_ref(spec: pb.ModelSpec) -> int | str | None:
 TOP_K = 5
 
 
-def _classifications(result, labels: tuple[str, ...], kind: str) -> list[pb.Classification]:
-    """A classifier's top classes (its softmax, from each leaf), best first."""
-    if kind != "classification":
+def _classifications(result, labels: tuple[str, ...]) -> list[pb.Classification]:
+    """A classifier's top classes with their probabilities, best first."""
+    classes = result.classes
+    if classes is None:
         return []
-    out = []
-    for value in result.outputs.values():
-        probs = np.asarray(value, np.float32).reshape(-1)
-        for i in np.argsort(-probs, kind="stable")[:TOP_K]:
-            out.append(pb.Classification(label=labels[i] if i < len(labels) else f"class_{i}", score=float(probs[i])))
-    return out
+    return [pb.Classification(label=labels[i] if i < len(labels) else f"class_{i}", score=p)
+            for i, p in classes.top(TOP_K)]
 
 
 def _detections(dets: Detections, labels: tuple[str, ...]) -> list[pb.Detection]:
@@ -159,10 +156,6 @@ class VigilServicer(pb_grpc.VigilServicer):
             context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"model {name!r} cannot load: {exc}")
         return ref, labels
 
-    def _kind(self, spec: pb.ModelSpec) -> str:
-        with self.engine.manager.lock:
-            return self.engine.manager.resolve(spec.name, _version_ref(spec)).model.spec.output
-
     def _request(self, peer: str, spec: pb.ModelSpec, ref, image: np.ndarray, slo_ms: float, priority: int,
                  labels: Iterable[str], key=None) -> Request:
         if not (0 <= slo_ms <= MAX_SLO_MS):  # (NaN fails this too)
@@ -188,7 +181,7 @@ class VigilServicer(pb_grpc.VigilServicer):
         return pb.PredictResponse(model_spec=pb.ModelSpec(name=result.model, version=result.version),
                                   detections=_detections(result.detections, labels),
                                   latency_ms=result.latency_ms,
-                                  classifications=_classifications(result, labels, self._kind(request.model_spec)))
+                                  classifications=_classifications(result, labels))
 
     def StreamBlocks(self, request_iterator: Iterator[pb.Block], context: grpc.ServicerContext) -> Iterator[pb.BlockResult]:
         self._auth(context)

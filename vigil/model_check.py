@@ -41,8 +41,12 @@ def sample_frame(source: Path = SAMPLE) -> np.ndarray:
         return next(container.decode(video=0)).to_ndarray(format="rgb24")
 
 
+TOP_CLASSES = 5  # a classifier's best classes shown
+
+
 def check_model(path: Path, device: str = "cpu", frame: np.ndarray | None = None) -> dict:
     from engine.adapters import load_model
+    from engine.classes import Classes
     from engine.detections import Detections
     from engine.repository import ModelRepository, RepositoryError
 
@@ -61,6 +65,10 @@ def check_model(path: Path, device: str = "cpu", frame: np.ndarray | None = None
             decoded[leaf] = [{"label": labels[c] if 0 <= c < len(labels) else str(c), "score": round(float(s), 4),
                               "box": [round(float(v), 1) for v in box]}
                              for box, s, c in zip(out.xyxy, out.confidence, out.class_id)]
+        elif isinstance(out, Classes):
+            labels = model.spec.labels
+            decoded[leaf] = [{"label": labels[c] if c < len(labels) else str(c), "score": round(p, 4)}
+                             for c, p in out.top(TOP_CLASSES)]
         else:
             array = np.asarray(out)
             decoded[leaf] = {"shape": list(array.shape), "first": [round(float(v), 4) for v in array.reshape(-1)[:5]]}
@@ -86,7 +94,9 @@ def format_check(result: dict, limit: int = 10) -> str:
              + (" (RANDOM WEIGHTS)" if result["random_weights"] else ""),
              f"on a {result['frame'][0]}x{result['frame'][1]} frame of {SAMPLE.name}:"]
     for leaf, out in result["decoded"].items():
-        if isinstance(out, list):
+        if isinstance(out, list) and out and "box" not in out[0]:
+            lines.append(f"  {leaf}: best classes " + ", ".join(f"{d['label']} {d['score']:.3f}" for d in out))
+        elif isinstance(out, list):
             lines.append(f"  {leaf}: {len(out)} detections" + (f" (the best {limit})" if len(out) > limit else ""))
             for d in sorted(out, key=lambda d: -d["score"])[:limit]:
                 lines.append(f"    {d['label']:<14} {d['score']:.3f}  {d['box']}")

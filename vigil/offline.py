@@ -22,11 +22,13 @@ from __future__ import annotations
 import json
 import time
 from collections import deque
+from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, TextIO
 
 from apps.annotate import draw_app
+from apps.app import FrameResult
 from apps.events import Event
 from apps.spec import AppSpec
 from engine.detections import Detections
@@ -56,6 +58,8 @@ class RunOptions:
     # engine drop what cannot meet its deadline; otherwise every sampled frame is
     # analysed however long it takes, and the results never depend on the machine's speed
     realtime: bool = False
+    # also write what each app's model gave for every analysed frame (detections.jsonl)
+    detections: bool = False
 
     def __post_init__(self) -> None:
         if self.max_frames is not None and self.max_frames < 1:
@@ -95,10 +99,14 @@ def run_offline(source: str, specs: list[AppSpec], options: RunOptions,
     frames_decoded, error = 0, None
     started = time.perf_counter()
     pipeline: deque[InFlight] = deque()
-    with open(out / "events.jsonl", "w") as events_file:
+    detections_path = out / "detections.jsonl"
+    with open(out / "events.jsonl", "w") as events_file, \
+            open(detections_path, "w") if options.detections else nullcontext() as detections_file:
         def complete_oldest() -> None:
             done = pipeline.popleft()
             per_frame = observe_block(done, runners, engine, lambda events: _write_events(events_file, events))
+            if detections_file is not None:
+                _write_detections(detections_file, runners, per_frame)
             if writer:
                 _annotate(done.block, runners, per_frame, last_seen, writer)
             progress.update(len(done.block))
@@ -137,7 +145,8 @@ def run_offline(source: str, specs: list[AppSpec], options: RunOptions,
         "apps": {r.app.name: _app_summary(r, engine) for r in runners},
         "batch_sizes": engine.metrics.batch_histograms(),
         "outputs": {"summary": str(out / "summary.json"), "events": str(out / "events.jsonl"),
-                    "video": str(out / "annotated.mp4") if options.video else None},
+                    "video": str(out / "annotated.mp4") if options.video else None,
+                    "detections": str(detections_path) if options.detections else None},
         "error": error,
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
@@ -152,16 +161,32 @@ def _app_summary(runner: AppRunner, engine: Engine) -> dict:
             "inferences": m["arrived"], "skipped": m["skipped"], "dropped": m["dropped"]}
 
 
-def _annotate(block: FrameBlock, runners: list[AppRunner], per_frame: dict[str, dict[int, Detections]],
+def _annotate(block: FrameBlock, runners: list[AppRunner], per_frame: dict[str, dict[int, FrameResult]],
               last_seen: dict[str, Detections], writer: VideoWriter) -> None:
     for i, frame_id in enumerate(block.frame_ids.tolist()):
         img = block.pixels[i].copy()
         for k, r in enumerate(runners):
-            tracked = per_frame.get(r.app.name, {}).get(frame_id)
-            if tracked is not None:
-                last_seen[r.app.name] = tracked
+            result = per_frame.get(r.app.name, {}).get(frame_id)
+            if result is not None:
+                last_seen[r.app.name] = result.tracked
             draw_app(img, r.app, last_seen[r.app.name], k)
         writer.write(img)
+
+
+def _write_detections(f: TextIO, runners: list[AppRunner], per_frame: dict[str, dict[int, FrameResult]]) -> None:
+    """One line per app and analysed frame: the model's boxes in frame pixels (before
+    the app's own filters) and a classifier's best classes."""
+    for r in runners:
+        labels = r.app.labels
+        for frame_id, res in sorted(per_frame.get(r.app.name, {}).items()):
+            d = res.detections
+            row = {"app": r.app.name, "frame_id": frame_id, "pts_ms": round(res.pts_ms, 3),
+                   "detections": [{"box": [round(float(v), 2) for v in box], "score": round(float(c), 5),
+                                   "label": labels[k] if 0 <= k < len(labels) else str(k)}
+                                  for box, c, k in zip(d.xyxy, d.confidence, d.class_id.tolist())]}
+            if res.classes:
+                row["classes"] = [list(t) for t in res.classes]
+            f.write(json.dumps(row) + "\n")
 
 
 def _write_events(f: TextIO, events: list[Event]) -> None:

@@ -20,11 +20,12 @@ from typing import Callable
 
 import numpy as np
 
-from apps.app import App
+from apps.app import App, FrameResult
 from apps.detectors import HOST_DETECTORS, Detector, build_host_detector
 from apps.events import Event
 from apps.skipping import StaticFrameFilter
 from apps.spec import AppSpec
+from engine.classes import Classes
 from engine.detections import Detections
 from engine.engine import Dropped, Engine, Request
 from engine.metrics import SHED_REASONS
@@ -45,6 +46,7 @@ class AppRunner:
     host: Detector | None = None
     skip: StaticFrameFilter | None = None
     last: Detections = field(default_factory=Detections.empty)  # latest result, reused by skipped frames
+    last_classes: Classes | None = None  # a classifier's, likewise
     # the latest observed block: frames with a result, and why the others were dropped (reason -> detail)
     block_results: int = 0
     block_drops: dict[str, str] = field(default_factory=dict)
@@ -157,9 +159,10 @@ def submit_block(block: FrameBlock, runners: list[AppRunner], engine: Engine, cl
 
 def observe_block(flight: InFlight, runners: list[AppRunner], engine: Engine,
                   emit: Callable[[list[Event]], None],
-                  on_error: OnError | None = None) -> dict[str, dict[int, Detections]]:
-    """Wait for a block's results and let each app track and count them."""
-    per_frame: dict[str, dict[int, Detections]] = {}
+                  on_error: OnError | None = None) -> dict[str, dict[int, FrameResult]]:
+    """Wait for a block's results and let each app track and count them: app -> frame id
+    -> what the app made of that frame."""
+    per_frame: dict[str, dict[int, FrameResult]] = {}
     for r in runners:
         sub = flight.picks[r.app.name]
         r.block_results, r.block_drops, r.block_shed = 0, {}, 0
@@ -175,22 +178,24 @@ def observe_block(flight: InFlight, runners: list[AppRunner], engine: Engine,
 
 
 def _observe(r: AppRunner, sub: FrameBlock, flight: InFlight,
-             emit: Callable[[list[Event]], None]) -> dict[int, Detections]:
+             emit: Callable[[list[Event]], None]) -> dict[int, FrameResult]:
     name = r.app.name
     if r.host is not None:
-        keep, dets = np.ones(len(sub), bool), flight.host_results[name]
+        keep, dets, classes = np.ones(len(sub), bool), flight.host_results[name], None
     else:
-        keep, dets = np.zeros(len(sub), bool), []
+        keep, dets, classes = np.zeros(len(sub), bool), [], []
         for i, fut in enumerate(flight.futures[name]):
             try:
                 if fut is not None:
-                    r.last = fut.result().detections
+                    result = fut.result()
+                    r.last, r.last_classes = result.detections, result.classes
                 dets.append(r.last)  # a skipped frame reuses the last result
+                classes.append(r.last_classes)
                 keep[i] = True
             except Dropped as exc:  # counted by the engine; the tracker coasts over the gap
                 r.block_drops[exc.reason] = str(exc)
                 r.block_shed += exc.reason in SHED_REASONS
     r.block_results = int(keep.sum())
-    events, results = r.app.observe(sub.select(keep), dets)
+    events, results = r.app.observe(sub.select(keep), dets, classes)
     emit(events)
-    return {res.frame_id: res.tracked for res in results}
+    return {res.frame_id: res for res in results}

@@ -26,9 +26,9 @@ import cv2
 import numpy as np
 
 from apps.annotate import draw_app
+from apps.app import FrameResult
 from apps.events import Event
 from apps.spec import AppSpec
-from engine.detections import Detections
 from engine.engine import Engine
 from streams import FrameBlock
 from streams.blocks import BlockCutter, FrameSampler
@@ -166,7 +166,7 @@ class StreamWorker:
             for r in runners:
                 frames = per_frame.get(r.app.name)
                 if frames:
-                    tracked = frames[max(frames)]
+                    tracked = frames[max(frames)].tracked
                     counts: dict[str, int] = {}
                     for cid in tracked.class_id.tolist():
                         counts[r.app.labels[cid]] = counts.get(r.app.labels[cid], 0) + 1
@@ -282,7 +282,7 @@ class StreamWorker:
                 self.app_status[name] = AppStatus(status, error)
 
     def _snapshot(self, block: FrameBlock, runners: list[AppRunner],
-                  per_frame: dict[str, dict[int, Detections]]) -> None:
+                  per_frame: dict[str, dict[int, FrameResult]]) -> None:
         now = self.clock()
         for k, runner in enumerate(runners):
             name = runner.app.name
@@ -294,7 +294,7 @@ class StreamWorker:
             frame_id = max(results)
             i = int(np.flatnonzero(block.frame_ids == frame_id)[0])
             img = block.pixels[i].copy()
-            draw_app(img, runner.app, results[frame_id], k)
+            draw_app(img, runner.app, results[frame_id].tracked, k)
             ok, jpeg = cv2.imencode(".jpg", cv2.cvtColor(img, cv2.COLOR_RGB2BGR), [cv2.IMWRITE_JPEG_QUALITY, 80])
             if ok:
                 with self._lock:

@@ -1,6 +1,7 @@
 """App logic on constructed detections: tracking, votes, lines, zones, events."""
 
 import numpy as np
+import pytest
 
 from apps.app import App
 from apps.spec import parse_spec
@@ -69,3 +70,33 @@ def test_finish_ends_open_tracks():
     feed(app, [[(20, 50, 0)] for _ in range(4)])
     ends = app.finish()
     assert [e.type for e in ends] == ["zone_exit", "track_end"]
+
+
+def test_a_classifiers_best_class_is_kept_per_frame_and_its_changes_are_events():
+    from engine.classes import Classes
+
+    app = App(parse_spec({"name": "scene", "detector": "cls", "top_k": 2, "min_confidence": 0.5}),
+              "cam", (200, 100), 10.0, LABELS)
+    probs = [(0.7, 0.2, 0.1), (0.6, 0.3, 0.1), (0.4, 0.35, 0.25), (0.1, 0.8, 0.1), None, (0.2, 0.1, 0.7)]
+    block = make_block(num_frames=len(probs), fps=10.0, size=(200, 100))
+    events, results = app.observe(block, [make_detections([], [])] * len(probs),
+                                  [None if p is None else Classes(np.array(p)) for p in probs])
+    assert [(e.type, e.cls, e.data["from"]) for e in events] == [
+        ("class_change", "person", None), ("class_change", "car", "person"), ("class_change", "bike", "car")]
+    assert events[1].data["classes"] == [["car", 0.8], ["person", 0.1]]  # top_k, best first
+    assert [r.classes[0][0] if r.classes else None for r in results] == ["person", "person", "person", "car",
+                                                                           None, "bike"]
+    # the frame under min_confidence keeps its classes but changes nothing and counts for none
+    assert app.counts()["classes"] == {"current": "bike", "frames": {"bike": 1, "car": 1, "person": 2},
+                                       "last": [["bike", 0.7], ["person", 0.2]]}
+
+
+def test_a_classifier_app_chooses_among_its_classes():
+    from engine.classes import Classes
+
+    app = App(parse_spec({"name": "scene", "detector": "cls", "classes": ["car", "bike"], "min_confidence": 0}),
+              "cam", (200, 100), 10.0, LABELS)
+    block = make_block(num_frames=1, fps=10.0, size=(200, 100))
+    events, results = app.observe(block, [make_detections([], [])], [Classes(np.array([0.7, 0.1, 0.2]))])
+    assert results[0].classes == [("bike", pytest.approx(0.2)), ("car", pytest.approx(0.1))]
+    assert [e.cls for e in events] == ["bike"]

@@ -25,7 +25,8 @@ def test_torchvision_split_into_backbone_and_head(tmp_path):
                                     "split": ["backbone", "head"], "output": "classification",
                                     "batch_sizes": [1, 2]})
     result, engine = run_once(tmp_path, "rn")
-    probs = result.outputs["head"]
+    probs = result.outputs["head"].probs
+    assert result.classes.top(1)[0][0] == int(probs.argmax())
     assert probs.shape == (5,) and probs.sum() == pytest.approx(1.0, abs=1e-4)
     labels = sorted(i.label for i in engine.manager.sessions.values())
     assert labels == ["rn/backbone", "rn/head"]
@@ -57,6 +58,27 @@ def test_torch_export_file(tmp_path):
     expected = _chain_model(tmp_path, "torch_export", "model.pt2", save)
     result, _ = run_once(tmp_path, "c")
     np.testing.assert_allclose(result.outputs["model"], expected, rtol=1e-4, atol=1e-5)
+
+
+def test_a_torch_export_files_fixed_batch_and_size_are_served(tmp_path):
+    torch.manual_seed(0)
+    model = Chain().eval()
+    folder = tmp_path / "c" / "1"
+    folder.mkdir(parents=True)
+    torch.export.save(torch.export.export(model, (torch.rand(2, 3, 32, 32),)), str(folder / "model.pt2"))
+    # model.yaml gives no size and the default batch sizes: the file's [2, 3, 32, 32] decides
+    write_model(tmp_path, "c", 1, {"adapter": "torch_export", "factory": None, "weights": "model.pt2", "split": [],
+                                   "input": {"profile_frame": [32, 32]}, "batch_sizes": [1, 2, 4]})
+    frames = [np.random.default_rng(i).integers(0, 255, (32, 32, 3), dtype=np.uint8) for i in range(3)]
+    with Engine(ModelRepository(tmp_path), "cpu") as engine:
+        engine.load("c")
+        futures = [engine.submit(Request(f"a{i}", "c", f, engine.clock(), 600_000.0)) for i, f in enumerate(frames)]
+        results = [f.result(timeout=120).outputs["model"] for f in futures]  # a batch of 2 and a padded 1
+        spec = engine.manager.resolve("c", None).model.spec
+    assert spec.batch_sizes == [2] and spec.input.size == (32, 32)
+    for frame, got in zip(frames, results):
+        x = torch.from_numpy(frame).permute(2, 0, 1).float().div(255)[None]
+        np.testing.assert_allclose(got, model(x)[0].detach().numpy(), rtol=1e-4, atol=1e-5)
 
 
 def test_onnx_file(tmp_path):

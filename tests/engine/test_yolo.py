@@ -227,3 +227,38 @@ def test_an_app_whose_model_finds_nothing_says_so(yolo_server):
     assert "no detections of ['person', 'car']" in warning and "fit its kind and labels" in warning
     sees = api.get("/v1/apps/sees").json()
     assert sees["status"] == "running" and sees["warning"] is None
+
+
+@pytest.mark.parametrize("kind, make", [("yolo", v8_output), ("yolov5", v5_output),
+                                        ("yolo_end2end", end2end_output)])
+def test_vigil_run_writes_ultralytics_detections_and_tracks_them(tmp_path, kind, make):
+    import json
+    import subprocess
+    import sys
+
+    import yaml
+
+    from vigil.video import VideoWriter
+
+    root = tmp_path / "repo"
+    write_yolo(root, "onnx", kind, make())
+    clip = tmp_path / "clip.mp4"
+    writer = VideoWriter(clip, 10.0, (FRAME.shape[1], FRAME.shape[0]))
+    for _ in range(6):
+        writer.write(FRAME)
+    writer.close()
+    (tmp_path / "app.yaml").write_text(yaml.safe_dump({"name": "finder", "detector": "yolo", "slo_ms": 60000,
+                                                       "min_confidence": 0.0, "tracker": {"min_hits": 2}}))
+    out = tmp_path / "out"
+    subprocess.run([sys.executable, "-m", "vigil", "run", str(clip), "--models", str(root), "--app",
+                    str(tmp_path / "app.yaml"), "--out", str(out), "--no-video", "--detections", "-q"],
+                   check=True, timeout=300)
+    rows = [json.loads(line) for line in (out / "detections.jsonl").read_text().splitlines()]
+    assert [r["frame_id"] for r in rows] == list(range(6))
+    want = reference(kind, make())
+    for row in rows:
+        got = np.array([[*d["box"], d["score"], LABELS.index(d["label"])] for d in row["detections"]])
+        assert_same(got[np.argsort(-got[:, 4], kind="stable")], want)
+    summary = json.loads((out / "summary.json").read_text())
+    # they reach the app's tracker (the person and the car on it overlap: the tracker may hold them as one)
+    assert 1 <= summary["apps"]["finder"]["tracks"] <= len(want)

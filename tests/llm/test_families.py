@@ -33,6 +33,7 @@ FAMILIES = {
     "qwen2": ("Qwen2Config", {}),
     "qwen3": ("Qwen3Config", {"head_dim": 16}),
     "mistral": ("MistralConfig", {"sliding_window": None}),
+    "phi3": ("Phi3Config", {"sliding_window": None, "pad_token_id": 0}),  # fused qkv_proj and gate_up_proj
 }
 
 
@@ -96,7 +97,7 @@ def test_rope_parameters_of_transformers_5_are_read(tmp_path):
 
 
 @pytest.mark.parametrize("change, says", [
-    ({"model_type": "gpt2"}, "model_type: supported are llama, mistral, qwen2, qwen3; was 'gpt2'"),
+    ({"model_type": "gpt2"}, "model_type: supported are llama, mistral, qwen2, qwen3, phi3; was 'gpt2'"),
     ({"rope_parameters": {"rope_type": "longrope", "rope_theta": 1e4}}, "rope type 'longrope' is not supported"),
     ({"mlp_bias": True}, "mlp_bias"),
     ({"hidden_act": "gelu"}, "hidden_act"),

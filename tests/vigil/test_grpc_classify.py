@@ -41,7 +41,7 @@ def test_predict_returns_the_classifiers_top_classes(served, frame):
 
     server, repo = served
     model = load_model(ModelRepository(repo).spec("cls", 1), repo / "cls" / "1", 1, "cpu")
-    probs = model.infer(frame[None])[0]["head"]
+    probs = model.infer(frame[None])[0]["head"].probs
     want = [(LABELS[i], float(probs[i])) for i in np.argsort(-probs)[:5]]
     client = GrpcClient(f"127.0.0.1:{server.grpc_port}", timeout_s=120)
     try:
@@ -52,3 +52,34 @@ def test_predict_returns_the_classifiers_top_classes(served, frame):
     assert [g[0] for g in got] == [w[0] for w in want]
     np.testing.assert_allclose([g[1] for g in got], [w[1] for w in want], atol=1e-5)
     assert len(reply.detections) == 0
+
+
+def test_vigil_run_carries_the_classifiers_classes_into_events_and_summary(served, tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    import av
+
+    from engine.adapters import load_model
+    from engine.repository import ModelRepository
+
+    _, repo = served
+    (tmp_path / "app.yaml").write_text(yaml.safe_dump({"name": "scene", "detector": "cls", "slo_ms": 60000,
+                                                       "min_confidence": 0.0, "top_k": 3}))
+    out = tmp_path / "out"
+    subprocess.run([sys.executable, "-m", "vigil", "run", str(BUNDLED[0]), "--models", str(repo), "--app",
+                    str(tmp_path / "app.yaml"), "--out", str(out), "--no-video", "--detections", "--max-frames", "8",
+                    "-q"], check=True, timeout=300)
+    model = load_model(ModelRepository(repo).spec("cls", 1), repo / "cls" / "1", 1, "cpu")
+    with av.open(str(BUNDLED[0])) as container:
+        frames = [f.to_ndarray(format="rgb24") for f, _ in zip(container.decode(video=0), range(8))]
+    want = [[LABELS[c] for c, _ in model.infer(f[None])[0]["head"].top(3)] for f in frames]
+    rows = [json.loads(line) for line in (out / "detections.jsonl").read_text().splitlines()]
+    assert [[label for label, _ in r["classes"]] for r in rows] == want
+    best = [w[0] for w in want]
+    changes = [e for e in map(json.loads, (out / "events.jsonl").read_text().splitlines())
+               if e["type"] == "class_change"]
+    assert [e["class"] for e in changes] == [b for i, b in enumerate(best) if i == 0 or best[i - 1] != b]
+    summary = json.loads((out / "summary.json").read_text())["apps"]["scene"]["classes"]
+    assert summary["frames"] == {b: best.count(b) for b in sorted(set(best))} and summary["current"] == best[-1]
