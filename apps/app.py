@@ -77,6 +77,12 @@ class App:
     def name(self) -> str:
         return self.spec.name
 
+    @property
+    def num_found(self) -> int:
+        """What the model found for the app: detections of its classes, or frames a
+        classifier put in one of them, at min_confidence."""
+        return self.num_detections + sum(self.class_frames.values())
+
     def reconfigure(self, spec: AppSpec) -> None:
         """Apply a changed spec while running (SLO, fps, priority, lines, zones): tracks
         go on; a line or zone whose geometry is unchanged keeps its counts, a new or moved

@@ -52,7 +52,7 @@ class AppRunner:
     block_drops: dict[str, str] = field(default_factory=dict)
     block_shed: int = 0  # frames of the latest block the engine shed (deadline, overloaded)
     rate_shed: float = 0.0  # frames not sampled since load control lowered the rate, not yet counted
-    seen_detections: int = 0  # the app's detection count at the last one found
+    seen_found: int = 0  # the app's num_found when it last grew
     quiet_ms: float = 0.0  # analysed stream time since its model last found one of its classes
 
 

@@ -404,7 +404,7 @@ class Vigil:
         return {"name": name, "spec": spec.model_dump(mode="json"),
                 "status": status.status if status else "failed",
                 "error": self.shown(status.error) if status else "its stream is gone",
-                "warning": worker.app_warnings.get(name) if worker else None,
+                "warning": worker.app_warning(name) if worker else None,
                 "load": self.load.state(name),
                 "counts": worker.app_counts(name) if worker else None}
 

@@ -106,6 +106,10 @@ class StreamWorker:
             self.app_warnings.pop(name, None)
             self._changed = True
 
+    def app_warning(self, name: str) -> str | None:
+        with self._lock:
+            return self.app_warnings.get(name)
+
     def app_names(self) -> list[str]:
         with self._lock:
             return list(self._wanted)
@@ -194,10 +198,12 @@ class StreamWorker:
             self._set_status(name, "running")
 
     def _watch_quiet(self, runner: AppRunner, span_s: float) -> None:
-        name, found = runner.app.name, runner.app.num_detections
-        if found > runner.seen_detections:
-            runner.seen_detections, runner.quiet_ms = found, 0.0
-            if self.app_warnings.pop(name, None) is not None:
+        name, found = runner.app.name, runner.app.num_found
+        if found > runner.seen_found:
+            runner.seen_found, runner.quiet_ms = found, 0.0
+            with self._lock:
+                cleared = self.app_warnings.pop(name, None) is not None
+            if cleared:
                 log.info("app %s on stream %s detects its classes again", name, self.name)
         elif runner.block_results:
             runner.quiet_ms += span_s * 1000.0
@@ -205,7 +211,8 @@ class StreamWorker:
                 classes = runner.app.spec.classes or "any class"
                 warning = (f"no detections of {classes} in the last {runner.quiet_ms / 1000.0:.0f} s of analysed "
                            f"frames (does the model's output fit its kind and labels?)")
-                self.app_warnings[name] = warning
+                with self._lock:
+                    self.app_warnings[name] = warning
                 log.warning("app %s on stream %s: %s", name, self.name, warning)
 
     def _span_s(self, block: FrameBlock) -> float:

@@ -89,6 +89,7 @@ def test_a_classifiers_best_class_is_kept_per_frame_and_its_changes_are_events()
     # the frame under min_confidence keeps its classes but changes nothing and counts for none
     assert app.counts()["classes"] == {"current": "bike", "frames": {"bike": 1, "car": 1, "person": 2},
                                        "last": [["bike", 0.7], ["person", 0.2]]}
+    assert app.num_found == 4  # what keeps a classifier app from being called quiet
 
 
 def test_a_classifier_app_chooses_among_its_classes():
