@@ -27,6 +27,8 @@ BUILTIN_DIR = Path(__file__).parent / "builtin"
 NAME_PATTERN = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")  # matched whole (fullmatch): no trailing newline
 NAME_RULE = "lowercase letters, digits, '-' or '_' (at most 64, starting with a letter or digit)"
 MAX_SHOWN_CHARS = 200  # a value echoed in an error message is cut to this
+# fields a running app may change (PATCH): the rest change what it tracks, so it restarts
+LIVE_FIELDS = ("slo_ms", "fps", "lines", "zones", "priority", "min_confidence")
 MAX_SLO_MS = 600_000  # ten minutes: the longest latency target any request may ask for
 
 # Lines and zones are checked by validators that name the problem in words; their JSON
@@ -203,19 +205,21 @@ def parse_spec(data: Any, origin: str = "app spec") -> AppSpec:
     try:
         return AppSpec.model_validate(data)
     except ValidationError as exc:
-        raise SpecError(format_errors(exc.errors(), origin, AppSpec.model_fields)) from None
+        raise SpecError(format_errors(exc.errors(), origin, AppSpec)) from None
 
 
-def format_errors(errors: list[dict], origin: str | None = None, fields: Iterable[str] = ()) -> str:
+def format_errors(errors: list[dict], origin: str | None = None, model: type[BaseModel] | None = None) -> str:
     """Pydantic's errors, a line each: `origin: field: problem; was VALUE`, the value cut
     short (a 1 MB bad field must not come back as a 1 MB error), the first ten only (a
-    thousand bad points need only a few), an unknown field with the known ones."""
+    thousand bad points need only a few), an unknown field with the known ones of the
+    model it was found in (`model`'s own, or a nested model's)."""
     prefix = f"{origin}: " if origin else ""
     problems = []
     for err in errors[:10]:
         field = field_path(err["loc"]) or "(spec)"
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
+            fields = _fields_at(model, err["loc"][:-1])
             msg = "unknown field; check the spelling" + (f" (fields: {', '.join(fields)})" if fields else "")
         given = err.get("input")
         quiet = err["type"] in ("missing", "extra_forbidden") or isinstance(given, dict)
@@ -224,6 +228,20 @@ def format_errors(errors: list[dict], origin: str | None = None, fields: Iterabl
     if len(errors) > 10:
         problems.append(f"{prefix}... and {len(errors) - 10} more problems")
     return "\n".join(problems)
+
+
+def _fields_at(model: type[BaseModel] | None, loc: tuple) -> list[str]:
+    """The field names of the model found at `loc` inside `model` ([] if it is not one)."""
+    for part in loc:
+        info = model.model_fields.get(part) if model is not None and isinstance(part, str) else None
+        kind = getattr(info, "annotation", None)
+        for candidate in (kind, *getattr(kind, "__args__", ())):  # X, or X | None
+            if isinstance(candidate, type) and issubclass(candidate, BaseModel):
+                model = candidate
+                break
+        else:
+            return []
+    return list(model.model_fields) if model is not None else []
 
 
 _BRANCH_TAGS = {"int", "str", "float", "bool", "list", "none", "constrained-str", "constrained-int"}

@@ -23,7 +23,7 @@ from starlette.concurrency import run_in_threadpool
 
 from apps.documents import DocumentError, load_json, load_yaml
 from apps.events import EVENT_TYPES
-from apps.spec import NAME_PATTERN, AppSpec, format_errors
+from apps.spec import LIVE_FIELDS, NAME_PATTERN, AppSpec, format_errors
 from streams.live import StreamOptions
 from vigil.auth import require_key
 from vigil.dashboard import dashboard_router
@@ -31,7 +31,7 @@ from vigil.http_guard import UPLOAD_PATH, BodyGuard, Upload
 from vigil.llm_api import llm_router
 from vigil.openapi import document_errors
 from vigil.prom import ServiceCollector
-from vigil.service import LIVE_FIELDS, Invalid, ServiceError, TooLarge, Vigil
+from vigil.service import Invalid, ServiceError, TooLarge, Vigil
 from vigil.storage import MAX_EVENT_ID, StorageFull
 
 class StreamIn(BaseModel):

@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from apps.spec import SpecError, builtin_names, load_spec
+from apps.spec import LIVE_FIELDS, SpecError, builtin_names, load_spec
 from vigil.offline import DEFAULT_REPOSITORY
 
 DEFAULT_APPS = ("people-counter", "vehicle-counter", "motion")
@@ -127,7 +127,8 @@ def _serve(args: argparse.Namespace) -> int:
 
     try:
         settings = load_settings(args.config, {"host": args.host, "port": args.port, "grpc_port": args.grpc_port,
-                                               "data_dir": args.data_dir, "device": args.device})
+                                               "data_dir": args.data_dir, "device": args.device,
+                                               "model_repository": args.models})
     except SettingsError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -141,12 +142,10 @@ def _serve(args: argparse.Namespace) -> int:
 
 def _ask(args: argparse.Namespace) -> int:
     """`vigil ask`: a question to a running server, or offline about a clip."""
-    import os
-
     if args.source is None:
         from vigil.client import ApiError, RestClient
 
-        client = RestClient(args.url, args.api_key or os.environ.get("VIGIL_API_KEY"))
+        client = RestClient(args.server, _api_key(args))
         try:
             out = client.call("POST", "/v1/ask", {"question": args.question, "stream": args.stream})
         except ApiError as exc:
@@ -187,11 +186,9 @@ def _models_check(args: argparse.Namespace) -> int:
 
 def _remote(args: argparse.Namespace) -> int:
     """`vigil streams|apps|models|events ...`: the REST API from the command line."""
-    import os
-
     from vigil.client import ApiError, RestClient
 
-    client = RestClient(args.url, args.api_key or os.environ.get("VIGIL_API_KEY"))
+    client = RestClient(args.server, _api_key(args))
     try:
         out = REMOTE[(args.command, args.action)](client, args)
     except ApiError as exc:
@@ -223,6 +220,24 @@ def _archive(path: Path) -> bytes:
     return path.read_bytes()
 
 
+API_KEY_HELP = "API key (default: $VIGIL_API_KEY, else the first of the server's $VIGIL_API_KEYS)"
+
+
+def _api_key(args: argparse.Namespace) -> str | None:
+    import os
+
+    keys = [k.strip() for k in os.environ.get("VIGIL_API_KEYS", "").split(",") if k.strip()]
+    return args.api_key or os.environ.get("VIGIL_API_KEY") or (keys[0] if keys else None)
+
+
+def _stream_url(url: str) -> str:
+    """A file named from the command line is the caller's file: sent as an absolute path,
+    not left to the server's working directory."""
+    if "://" not in url and not url.startswith("/dev/") and Path(url).exists():
+        return str(Path(url).resolve())
+    return url
+
+
 def _app_body(ref: str) -> tuple[bytes, str]:
     path = Path(ref)
     if not path.exists():
@@ -246,7 +261,7 @@ def _app_add(c, a):
 REMOTE = {
     ("streams", "list"): lambda c, a: c.call("GET", "/v1/streams"),
     ("streams", "get"): lambda c, a: c.call("GET", f"/v1/streams/{a.name}"),
-    ("streams", "add"): lambda c, a: c.call("POST", "/v1/streams", {"name": a.name, "url": a.url,
+    ("streams", "add"): lambda c, a: c.call("POST", "/v1/streams", {"name": a.name, "url": _stream_url(a.url),
                                                                     "options": json.loads(a.options or "{}")}),
     ("streams", "delete"): lambda c, a: c.call("DELETE", f"/v1/streams/{a.name}"),
     ("apps", "list"): lambda c, a: c.call("GET", "/v1/apps"),
@@ -271,8 +286,9 @@ REMOTE = {
 
 def _add_remote_parsers(sub) -> None:
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--url", default="http://127.0.0.1:8080", help="server (default: http://127.0.0.1:8080)")
-    common.add_argument("--api-key", help="API key (default: $VIGIL_API_KEY)")
+    common.add_argument("--url", dest="server", default="http://127.0.0.1:8080",
+                        help="server (default: http://127.0.0.1:8080)")
+    common.add_argument("--api-key", help=API_KEY_HELP)
 
     class Actions:
         """Sub-commands that all take --url and --api-key."""
@@ -304,7 +320,7 @@ def _add_remote_parsers(sub) -> None:
     add.add_argument("spec", help="YAML/JSON spec file or built-in app name")
     add.add_argument("--source", help="stream the app watches (overrides the spec's source)")
     add.add_argument("--name", help="app name (overrides the spec's name)")
-    patch = a.add_parser("patch", help="change live fields (slo_ms, fps, lines, zones, priority)")
+    patch = a.add_parser("patch", help=f"change live fields ({', '.join(LIVE_FIELDS)})")
     patch.add_argument("name")
     patch.add_argument("changes", help='JSON, e.g. \'{"slo_ms": 500}\'')
     a.add_parser("delete", help="delete an app").add_argument("name")
@@ -390,8 +406,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--no-ray", action="store_true", help="engine: skip the Ray Serve peer")
     bench.add_argument("--no-triton", action="store_true", help="engine: skip the Triton peer (it runs when "
                        "`make triton-venv` has made .triton-venv)")
-    bench.add_argument("--models-dir", type=Path, default=DEFAULT_REPOSITORY, metavar="DIR",
-                       help="llm: model repository holding scene-lm")
+    bench.add_argument("--models", "--models-dir", dest="models_dir", type=Path, default=DEFAULT_REPOSITORY,
+                       metavar="DIR", help="llm: model repository holding scene-lm (default: configs/models)")
     bench.add_argument("--trial-s", type=float, default=20.0, metavar="S",
                        help="llm: seconds of arrivals in each trial (default: 20)")
     bench.add_argument("--max-batch", type=int, default=32, metavar="N",
@@ -416,7 +432,10 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--host", help="address to bind (default from config: 127.0.0.1)")
     sv.add_argument("--port", type=int, help="REST port (default from config: 8080)")
     sv.add_argument("--grpc-port", type=int, help="gRPC port, 0 for none (default from config: 8081)")
-    sv.add_argument("--data-dir", type=Path, help="where the SQLite database lives (default: vigil-data)")
+    sv.add_argument("--data-dir", type=Path, help="where the SQLite database lives (default from config: "
+                                                  "vigil-data in the working directory)")
+    sv.add_argument("--models", type=Path, metavar="DIR",
+                    help="model repository (default from config: the bundled configs/models)")
     sv.add_argument("--device", help="auto | cpu | cuda (default from config: auto)")
     sv.set_defaults(func=_serve)
     _add_remote_parsers(sub)
@@ -428,8 +447,9 @@ def build_parser() -> argparse.ArgumentParser:
     ask.add_argument("--source", help="a clip to ask about offline (instead of a server)")
     ask.add_argument("--out", type=Path, default=Path("vigil-out"), help="where offline runs are kept")
     ask.add_argument("--stream", help="server: only this stream")
-    ask.add_argument("--url", default="http://127.0.0.1:8080", help="server (default: http://127.0.0.1:8080)")
-    ask.add_argument("--api-key", help="API key (default: $VIGIL_API_KEY)")
+    ask.add_argument("--url", dest="server", default="http://127.0.0.1:8080",
+                     help="server (default: http://127.0.0.1:8080)")
+    ask.add_argument("--api-key", help=API_KEY_HELP)
     ask.add_argument("--models", type=Path, default=DEFAULT_REPOSITORY, metavar="DIR", help="model repository")
     ask.add_argument("--device", default="auto", help="auto | cpu | cuda (default: auto)")
     ask.add_argument("--json", action="store_true", help="print the whole answer object")

@@ -21,7 +21,7 @@ from typing import Any, Callable
 from pydantic import ValidationError
 
 from apps.events import EVENT_TYPES, Event
-from apps.spec import NAME_RULE, AppSpec, SpecError, format_errors, parse_spec, valid_name
+from apps.spec import LIVE_FIELDS, NAME_RULE, AppSpec, SpecError, format_errors, parse_spec, valid_name
 from engine.device import resolve_device
 from engine.engine import Engine
 from engine.repository import ModelRepository, RepositoryError
@@ -44,7 +44,6 @@ from vigil.worker import StreamWorker
 log = logging.getLogger("vigil.service")
 
 # what PATCH /v1/apps/{name} may change while the app runs
-LIVE_FIELDS = ("slo_ms", "fps", "lines", "zones", "priority", "min_confidence")
 
 
 class ServiceError(Exception):
@@ -86,7 +85,7 @@ def _stream_options(options: Any) -> StreamOptions:
     try:
         return StreamOptions.model_validate(options)
     except ValidationError as exc:
-        raise Invalid(format_errors(exc.errors(), "options", StreamOptions.model_fields)) from None
+        raise Invalid(format_errors(exc.errors(), "options", StreamOptions)) from None
 
 
 ASK_THREADS = 4  # questions answered at once (each waits on the LLM); the rest queue, up to the LLM's bound

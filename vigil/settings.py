@@ -125,11 +125,14 @@ def load_settings(path: Path | None = None, overrides: dict[str, Any] | None = N
     if not isinstance(data, dict):
         raise SettingsError(f"{path}: a config is a mapping of settings; got {type(data).__name__}")
     base = path.resolve().parent
+    bases = {"data_dir": base, "model_repository": base}
     if path.resolve() == DEFAULT_CONFIG:
-        base = ROOT  # the default config's paths are the project's
-    for key in ("data_dir", "model_repository"):
+        # the default config's models are the project's; its data is the user's, where they run it
+        base = ROOT
+        bases = {"data_dir": Path.cwd(), "model_repository": ROOT}
+    for key, key_base in bases.items():
         if key in data and not Path(data[key]).is_absolute():
-            data[key] = str(base / data[key])
+            data[key] = str(key_base / data[key])
     limits = data.get("limits")
     # media folders the file names are relative to its folder; the defaults, to the working directory
     if isinstance(limits, dict) and isinstance(limits.get("media_dirs"), list):
@@ -142,4 +145,4 @@ def load_settings(path: Path | None = None, overrides: dict[str, Any] | None = N
     try:
         return Settings.model_validate(data)
     except ValidationError as exc:
-        raise SettingsError(format_errors(exc.errors(), str(path), Settings.model_fields)) from None
+        raise SettingsError(format_errors(exc.errors(), str(path), Settings)) from None

@@ -176,6 +176,20 @@ def test_cli_talks_to_the_api(server):
     assert out.returncode == 1 and "404" in out.stderr
 
 
+def test_the_readmes_streams_add_registers_the_callers_file(server, tmp_path):
+    """`vigil streams add lobby sample_videos/street_a.mp4` from the project folder, as the
+    README has it: the positional url is the camera (not the server's --url), and the
+    relative path is the caller's, sent absolute."""
+    out = subprocess.run([sys.executable, "-m", "vigil", "streams", "add", "readme-lobby", "sample_videos/street_a.mp4",
+                          "--options", '{"loop": false}', "--url", server.url],
+                         capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert out.returncode == 0, out.stderr
+    try:
+        assert json.loads(out.stdout)["url"] == str(ROOT / "sample_videos" / "street_a.mp4")
+    finally:
+        httpx.delete(f"{server.url}/v1/streams/readme-lobby", timeout=30)
+
+
 def test_restart_brings_back_streams_and_apps_and_flushes_events(tmp_path, bundled_clips):
     srv = VigilServer(tmp_path / "data").start()
     camera = RtspServer(bundled_clips[1]).start()

@@ -15,3 +15,35 @@ def test_keys_are_checked_when_configured(header, ok):
 
 def test_no_keys_means_open():
     assert Settings().authorized(None)
+
+
+def test_the_default_configs_data_lives_where_vigil_runs_and_its_models_in_the_project(tmp_path, monkeypatch):
+    from vigil.settings import ROOT, load_settings
+
+    monkeypatch.chdir(tmp_path)
+    settings = load_settings(environ={})
+    assert settings.data_dir == tmp_path / "vigil-data"  # not inside the install tree
+    assert settings.model_repository == ROOT / "configs" / "models"
+
+
+def test_an_unknown_nested_setting_lists_its_own_sections_fields(tmp_path):
+    from vigil.settings import SettingsError, load_settings
+
+    path = tmp_path / "vigil.yaml"
+    path.write_text("limits:\n  max_stream: 3\n")
+    with pytest.raises(SettingsError, match=r"limits.max_stream: unknown field; check the spelling "
+                                            r"\(fields: max_streams, max_apps"):
+        load_settings(path, environ={})
+
+
+def test_the_cli_uses_the_servers_key_when_it_has_no_key_of_its_own(monkeypatch):
+    import argparse
+
+    from vigil.cli import _api_key
+
+    monkeypatch.delenv("VIGIL_API_KEY", raising=False)
+    monkeypatch.setenv("VIGIL_API_KEYS", " k1 , k2")
+    assert _api_key(argparse.Namespace(api_key=None)) == "k1"
+    monkeypatch.setenv("VIGIL_API_KEY", "mine")
+    assert _api_key(argparse.Namespace(api_key=None)) == "mine"
+    assert _api_key(argparse.Namespace(api_key="flag")) == "flag"
