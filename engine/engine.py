@@ -56,11 +56,13 @@ HANDOFF_MS = 3.0
 
 
 class Dropped(Exception):
-    """The engine gave up on a request; `reason` says why (deadline, overloaded, error, ...)."""
+    """The engine gave up on a request; `reason` says why (deadline, overloaded, error, ...).
+    `selected`: the adaptive-selection switch this request saw, as on a Result."""
 
-    def __init__(self, reason: str, detail: str = "") -> None:
+    def __init__(self, reason: str, detail: str = "", selected: dict | None = None) -> None:
         super().__init__(f"{reason}: {detail}" if detail else reason)
         self.reason = reason
+        self.selected = selected
 
 
 @dataclass(frozen=True)
@@ -87,6 +89,9 @@ class Result:
     outputs: dict[str, Any]  # leaf fragment -> Detections or array
     latency_ms: float
     within_slo: bool
+    # the adaptive-selection switch this request saw ({app, model, from_version,
+    # to_version, rate_per_s, t_ms}), so the caller that owns the app reports it
+    selected: dict | None = None
 
     @property
     def detections(self) -> Detections:
@@ -108,6 +113,7 @@ class _State:
     stage: dict[str, tuple[float, float]]  # fragment -> (deadline_ms, budget_ms)
     outputs: dict[str, Any] = field(default_factory=dict)
     finished: bool = False
+    selected: dict | None = None  # the selection switch it saw (Result.selected)
 
 
 @dataclass
@@ -212,6 +218,7 @@ class Engine:
         self._host_ms: dict[str, float] = {}  # model -> host work per request (pre + post), EWMA
         self._selected: dict[tuple[str, str], int] = {}  # (app, model) -> version chosen last
         self._top_priority = 0  # highest request priority seen (later stages of lower ones reserve time)
+        # every switch, for reports and benches; an app takes its own from its Result.selected
         self.selection_events: deque[dict] = deque(maxlen=10_000)
         self._busy_ms = 0.0
         self._started_ms = clock()
@@ -359,15 +366,16 @@ class Engine:
 
     def _admit(self, req: Request, fut: Future) -> _State | None:
         version = str(req.version) if req.version is not None else "latest"
+        selected = None
         try:
             if self._closing:
                 raise LookupError("engine is shutting down")
-            ref = self._select(req) if req.version == ADAPTIVE else req.version
+            ref, selected = self._select(req) if req.version == ADAPTIVE else (req.version, None)
             servable = self.manager.resolve(req.model, ref)
         except LookupError as exc:
             self.metrics.arrived(req.app, req.model, version)
             self.metrics.dropped(req.app, req.model, version, "unavailable")
-            fut.set_exception(Dropped("unavailable", str(exc)))
+            fut.set_exception(Dropped("unavailable", str(exc), selected))
             return None
         servable.in_flight += 1
         self._top_priority = max(self._top_priority, req.priority)
@@ -375,13 +383,14 @@ class Engine:
         model = servable.model
         leaves = model.leaves_for_labels(list(req.labels) if req.labels is not None else None)
         needed = model.path_to(leaves)
-        return _State(req, servable, fut, leaves, set(needed), self._stages(model, leaves, req))
+        return _State(req, servable, fut, leaves, set(needed), self._stages(model, leaves, req), selected=selected)
 
     def _note_host(self, model: str, ms: float) -> None:
         self._host_ms[model] = 0.95 * self._host_ms.get(model, ms) + 0.05 * ms
 
-    def _select(self, req: Request) -> int:
-        """Adaptive selection: the version for this request, by the model's load."""
+    def _select(self, req: Request) -> tuple[int, dict | None]:
+        """Adaptive selection: the version for this request, by the model's load, and
+        the switch it makes (None when the app stays on its version)."""
         versions = self.manager.versions.get(req.model)
         if not versions:
             raise LookupError(f"model {req.model!r} is not loaded")
@@ -395,13 +404,14 @@ class Engine:
         key = (req.app, req.model)
         current = self._selected.get(key)
         chosen = choose_version(options, rate, current)
-        if chosen != current:
-            self._selected[key] = chosen
-            event = {"type": "model_selected", "app": req.app, "model": req.model, "from_version": current,
-                     "to_version": chosen, "rate_per_s": round(rate, 2), "t_ms": round(self.clock(), 1)}
-            self.selection_events.append(event)
-            self.metrics.selection(req.app, req.model, chosen)
-        return chosen
+        if chosen == current:
+            return chosen, None
+        self._selected[key] = chosen
+        event = {"type": "model_selected", "app": req.app, "model": req.model, "from_version": current,
+                 "to_version": chosen, "rate_per_s": round(rate, 2), "t_ms": round(self.clock(), 1)}
+        self.selection_events.append(event)
+        self.metrics.selection(req.app, req.model, chosen)
+        return chosen, event
 
     def _stages(self, model, leaves: list[str], req: Request) -> dict[str, tuple[float, float]]:
         """Each fragment's (deadline, budget). The budget, which sizes batches, is the SLO
@@ -612,7 +622,7 @@ class Engine:
         with self._cond:
             self.manager.release(state.servable)
         state.future.set_result(Result(req.app, req.model, state.servable.version, outputs, latency,
-                                       latency <= req.slo_ms))
+                                       latency <= req.slo_ms, state.selected))
 
     def _drop_entry(self, entry: _Entry, reason: str, detail: str = "") -> None:
         for state, _ in entry.subscribers:
@@ -626,7 +636,7 @@ class Engine:
             self.manager.release(state.servable)
         req = state.request
         self.metrics.dropped(req.app, req.model, str(state.servable.version), reason)
-        state.future.set_exception(Dropped(reason, detail))
+        state.future.set_exception(Dropped(reason, detail, state.selected))
 
     # -- reports ------------------------------------------------------------------------------------
     def profiles(self) -> dict[str, dict]:

@@ -169,11 +169,6 @@ def observe_block(flight: InFlight, runners: list[AppRunner], engine: Engine,
         results = _guarded(on_error, r, _observe, r, sub, flight, emit) if len(sub) else None
         if results is not None:
             per_frame[r.app.name] = results
-    while engine.selection_events:  # adaptive selection switches, stamped with this block's time
-        e = engine.selection_events.popleft()
-        emit([Event("model_selected", e["app"], flight.block.stream_id,
-                                          float(flight.block.pts_ms[0]), -1, "",
-                                          {k: e[k] for k in ("model", "from_version", "to_version", "rate_per_s")})])
     return per_frame
 
 
@@ -185,16 +180,21 @@ def _observe(r: AppRunner, sub: FrameBlock, flight: InFlight,
     else:
         keep, dets, classes = np.zeros(len(sub), bool), [], []
         for i, fut in enumerate(flight.futures[name]):
+            selected = None
             try:
                 if fut is not None:
                     result = fut.result()
-                    r.last, r.last_classes = result.detections, result.classes
+                    r.last, r.last_classes, selected = result.detections, result.classes, result.selected
                 dets.append(r.last)  # a skipped frame reuses the last result
                 classes.append(r.last_classes)
                 keep[i] = True
             except Dropped as exc:  # counted by the engine; the tracker coasts over the gap
                 r.block_drops[exc.reason] = str(exc)
                 r.block_shed += exc.reason in SHED_REASONS
+                selected = exc.selected
+            if selected is not None:  # an adaptive switch, stamped with the frame that saw it
+                emit([Event("model_selected", name, sub.stream_id, float(sub.pts_ms[i]), -1, "",
+                            {k: selected[k] for k in ("model", "from_version", "to_version", "rate_per_s")})])
     r.block_results = int(keep.sum())
     events, results = r.app.observe(sub.select(keep), dets, classes)
     emit(events)

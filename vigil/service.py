@@ -316,8 +316,8 @@ class Vigil:
                               governor=self.load, quiet_after_s=self.settings.quiet_after_s)
         self.workers[name] = worker.start()
 
-    def _store_events(self, events: list[Event], run: int) -> None:
-        self.storage.add_events([{**e.to_dict(), "run": run} for e in events])
+    def _store_events(self, events: list[Event], run: int) -> list[dict]:
+        return self.storage.add_events([{**e.to_dict(), "run": run} for e in events])
 
     def stream(self, name: str) -> dict:
         with self._lock:

@@ -215,18 +215,20 @@ class Storage:
         return [(r["model"], r["label"], r["version"]) for r in self._exec("SELECT * FROM model_labels")]
 
     # -- events -------------------------------------------------------------------------------------
-    def add_events(self, events: list[dict]) -> None:
-        """Events as `Event.to_dict()` gives them; one transaction."""
+    def add_events(self, events: list[dict]) -> list[dict]:
+        """Events as `Event.to_dict()` gives them, in one transaction; returns them as
+        stored, each with its `id` (what every listener after storage takes)."""
         if not events:
-            return
+            return []
         core = ("type", "app", "stream", "t_ms", "track_id", "class", "run")
         rows = [(e["app"], e["stream"], e["type"], e["t_ms"], e["track_id"], e["class"], e.get("run", 0),
                  json.dumps({k: v for k, v in e.items() if k not in core})) for e in events]
         with self._locked() as db:
             db.execute("BEGIN")
-            db.executemany("INSERT INTO events (app, stream, type, t_ms, track_id, class, run, data) "
-                           "VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
+            ids = [db.execute("INSERT INTO events (app, stream, type, t_ms, track_id, class, run, data) "
+                              "VALUES (?, ?, ?, ?, ?, ?, ?, ?)", row).lastrowid for row in rows]
             db.execute("COMMIT")
+        return [{"id": i, **e, "run": e.get("run", 0)} for i, e in zip(ids, events)]
 
     def events(self, q: EventQuery) -> list[dict]:
         where, params = ["id > ?"], [q.after_id]

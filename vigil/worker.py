@@ -50,7 +50,7 @@ class AppStatus:
 
 
 class StreamWorker:
-    def __init__(self, stream: ManagedStream, engine: Engine, emit: Callable[[list[Event]], None],
+    def __init__(self, stream: ManagedStream, engine: Engine, emit: Callable[[list[Event]], list[dict]],
                  block_frames: int, block_ms: float, clock: Callable[[], float],
                  on_block: Callable[[str, float, list[dict], dict[str, dict[str, int]]], None] | None = None,
                  governor: LoadGovernor | None = None, quiet_after_s: float = 300.0) -> None:
@@ -59,7 +59,7 @@ class StreamWorker:
         self.engine = engine
         self.emit = emit
         self.on_block = on_block  # (stream, t_ms, events, app -> class -> in view): scene facts for captions
-        self._block_events: list[Event] = []
+        self._block_events: list[dict] = []  # the latest block's events, as stored
         self.clock = clock
         self.cutter = BlockCutter(block_frames, block_ms)
         self.block_ms = block_ms
@@ -176,7 +176,7 @@ class StreamWorker:
                         counts[r.app.labels[cid]] = counts.get(r.app.labels[cid], 0) + 1
                     in_view[r.app.name] = counts
             try:
-                self.on_block(self.name, float(flight.block.pts_ms[-1]), [e.to_dict() for e in self._block_events],
+                self.on_block(self.name, float(flight.block.pts_ms[-1]), list(self._block_events),
                               in_view)
             except Exception:
                 log.exception("stream %s: scene facts failed", self.name)
@@ -242,14 +242,17 @@ class StreamWorker:
         return None if not rates or None in rates else max(rates)
 
     def _emit(self, events: list[Event]) -> None:
-        self._block_events += events
-        if events:
-            try:
-                self.emit(events)
-            except StorageFull:
-                pass  # said once by storage; the counts and the live views go on
-            except Exception:
-                log.exception("stream %s: could not store %d events", self.name, len(events))
+        """Store the events; the block's listeners then take them as stored (with ids)."""
+        if not events:
+            return
+        stored = None
+        try:
+            stored = self.emit(events)
+        except StorageFull:
+            pass  # said once by storage; the counts and the live views go on
+        except Exception:
+            log.exception("stream %s: could not store %d events", self.name, len(events))
+        self._block_events += stored if stored is not None else [e.to_dict() for e in events]
 
     def _sync_apps(self, block: FrameBlock) -> list[AppRunner]:
         """Bring the running apps in line with the wanted ones (only between blocks)."""

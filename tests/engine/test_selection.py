@@ -75,3 +75,45 @@ def test_engine_switches_versions_under_a_load_step_and_back(tmp_path):
         assert 'vigil_model_selected_version{app="app",model="m"} 2.0' in text
     finally:
         engine.close()
+
+
+def test_each_apps_switches_are_reported_on_its_own_stream(tmp_path):
+    """Two streams, an adaptive app on each, blocks in flight on both at once: every
+    model_selected event names its own app's stream (the engine hands each switch back
+    on the Result of the request that saw it)."""
+    import dataclasses
+
+    from apps.spec import parse_spec
+    from factories import make_block
+    from vigil.pipeline import build_runners, observe_block, submit_block
+
+    for v in (1, 2):
+        write_model(tmp_path, "m", v, {"quality": 0.8 + 0.1 * v, "split": []}, state=tiny_state(head_seed=v),
+                    config={"version_policy": {"latest": 2}})
+    now = [0.0]
+    engine = Engine(ModelRepository(tmp_path), "cpu", clock=lambda: now[0], adapt_profiles=False)
+    try:
+        runners = {}
+        for stream in ("s1", "s2"):
+            spec = parse_spec({"name": f"app-{stream}", "detector": "m", "select": "adaptive", "slo_ms": 600000.0})
+            runners[stream] = build_runners([spec], engine, stream, (32, 24), 25.0)
+        for v, per_item in ((1, 1.0), (2, 4.0)):
+            frag = engine.manager.versions["m"][v].model.fragments["model"]
+            engine.manager.sessions[frag.hash].profile = make_profile(per_item_ms=per_item, fixed_ms=1,
+                                                                      fragment_hash=frag.hash)
+        engine._host_ms.clear()
+        events = {"s1": [], "s2": []}
+        for k, rate in enumerate([20] * 3 + [400] * 150 + [20] * 15):  # frames/s per stream: a step up and back
+            flights = {}
+            for stream in ("s1", "s2"):  # both streams' blocks in flight before either is observed
+                now[0] += 4 * 1000.0 / rate / 2
+                block = dataclasses.replace(make_block(num_frames=4, start=4 * k), stream_id=stream)
+                flights[stream] = submit_block(block, runners[stream], engine, lambda: now[0])
+            for stream, flight in flights.items():
+                observe_block(flight, runners[stream], engine, events[stream].extend)
+        for stream, got in events.items():
+            switches = [e for e in got if e.type == "model_selected"]
+            assert len(switches) >= 2, (stream, switches)  # the first choice and the step up at least
+            assert {(e.app, e.stream) for e in switches} == {(f"app-{stream}", stream)}
+    finally:
+        engine.close()

@@ -92,6 +92,20 @@ def test_captions_appear_for_the_stream(api, client):
     assert cap["facts"].startswith("view: person")
 
 
+def test_live_captions_cite_the_stored_events_they_describe(api, client):
+    def citing():
+        caps = api.get("/v1/captions", params={"stream": "street"}).json()["captions"]
+        return [c for c in caps if c["event_ids"]]
+
+    cap = wait_for(citing, 120, "a caption citing events")[0]
+    events = {e["id"]: e for e in api.get("/v1/events", params={"stream": "street", "limit": 1000,
+                                                                 "until_ms": cap["t_end_ms"] + 1}).json()["events"]}
+    for i in cap["event_ids"]:
+        assert i in events, (i, cap)
+        assert events[i]["type"] in ("track_start", "track_end", "line_cross")
+        assert cap["t_start_ms"] - 1 <= events[i]["t_ms"] <= cap["t_end_ms"] + 1
+
+
 def test_ask_answers_with_the_exact_count_and_cites_events(api, client):
     wait_for(lambda: api.get("/v1/events", params={"app": "people", "type": "line_cross"}).json()["events"], 90,
              "a crossing")

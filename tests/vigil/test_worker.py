@@ -35,12 +35,12 @@ def test_an_app_that_raises_fails_alone(worker, monkeypatch):
     real = App.observe
     calls = {"n": 0}
 
-    def observe(self, block, detections):
+    def observe(self, block, detections, classes=None):
         if self.name == "broken":
             calls["n"] += 1
             if calls["n"] == 3:
                 raise OverflowError("cannot convert float infinity to integer")
-        return real(self, block, detections)
+        return real(self, block, detections, classes)
 
     monkeypatch.setattr(App, "observe", observe)
     for name in ("broken", "fine"):
