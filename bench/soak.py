@@ -11,7 +11,6 @@ and each app's SLO attainment as the API and /metrics report it.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 import time
@@ -24,6 +23,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from support.processes import RtspServer, VigilServer, wait_for  # noqa: E402
 from support.watch import rss_mb  # noqa: E402
+from vigil.cli import print_json  # noqa: E402
 
 
 def run(minutes: float, log=print) -> dict:
@@ -102,10 +102,7 @@ def main() -> int:
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     result = run(args.minutes, log=lambda m: print(m, file=sys.stderr, flush=True))
-    text = json.dumps(result, indent=2)
-    if args.json:
-        args.json.write_text(text + "\n")
-    print(text)
+    print_json(result, args.json)
     return 0
 
 

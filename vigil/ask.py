@@ -19,8 +19,7 @@ class AskError(Exception):
 
 def run_clip_once(source: str, out_root: Path, models: Path, device: str, log: Callable[[str], None]) -> tuple[Path, list]:
     from apps.spec import load_spec
-    from vigil.cli import DEFAULT_APPS
-    from vigil.offline import RunError, RunOptions, run_offline
+    from vigil.offline import DEFAULT_APPS, RunError, RunOptions, run_offline
 
     specs = [load_spec(a) for a in DEFAULT_APPS]
     out = out_root / f"ask-{Path(source).stem}"

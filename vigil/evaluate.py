@@ -17,7 +17,7 @@ import numpy as np
 from engine.adapters import load_model
 from engine.engine import Engine, Request
 from engine.models.detection_eval import DetectionEvaluator
-from engine.models.train_scenedet import CLASSES, EVAL_SEED0, render_dataset
+from engine.models.scenedet_data import CLASSES, EVAL_SEED0, render_dataset
 from engine.repository import ModelRepository
 
 

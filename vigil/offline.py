@@ -41,6 +41,7 @@ from vigil.pipeline import AppRunner, InFlight, RunError, build_runners, observe
 from vigil.video import VideoWriter
 
 DEFAULT_REPOSITORY = Path(__file__).resolve().parents[1] / "configs" / "models"
+DEFAULT_APPS = ("people-counter", "vehicle-counter", "motion")  # the built-in apps a run uses unless told
 PIPELINE_DEPTH = 2  # blocks in flight in the engine while the apps work on an earlier one
 
 

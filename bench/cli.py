@@ -1,0 +1,97 @@
+"""`vigil bench`: the benchmarks as a command of `vigil` (registered as an entry point
+of group `vigil.commands`, so the runtime never imports the benchmarks)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from vigil.cli import print_json
+from vigil.offline import DEFAULT_REPOSITORY
+
+
+def register(sub) -> None:
+    bench = sub.add_parser("bench", help="side-by-side benchmarks, reported as ratios",
+                           description="Benchmarks that time Vigil against baselines in one run.")
+    bench.add_argument("target", choices=["ingest", "engine", "llm", "serve"],
+                       help="ingest: vigil run vs a plain decode+detect loop; engine: scheduling policies and peers; "
+                            "llm: iteration-level vs static and request-level batching; serve: `vigil serve` with "
+                            "1 to 16 cameras sharing a model, beside the engine alone")
+    bench.add_argument("--json", type=Path, metavar="FILE", help="also write the result here")
+    bench.add_argument("--source", default="sample_videos/street_a.mp4", help="clip to use")
+    bench.add_argument("--detector", default="scenedet", help="detector for both sides")
+    bench.add_argument("--repeats", type=int, default=3, help="alternating repeats; medians are reported")
+    bench.add_argument("--max-frames", type=int, default=None, metavar="N", help="frames per repeat")
+    bench.add_argument("--device", default="auto", help="auto | cpu | cuda (default: auto)")
+    bench.add_argument("--quick", action="store_true", help="engine: shorter trials (under 5 minutes on 2 cores); "
+                       "serve: N = 1, 4, 16 and shorter windows")
+    bench.add_argument("--scenario", action="append", metavar="NAME",
+                       help="engine: run only these (single, shared_backbone, overload, swap)")
+    bench.add_argument("--no-ray", action="store_true", help="engine: skip the Ray Serve peer")
+    bench.add_argument("--no-triton", action="store_true", help="engine: skip the Triton peer (it runs when "
+                       "`make triton-venv` has made .triton-venv)")
+    bench.add_argument("--models", "--models-dir", dest="models_dir", type=Path, default=DEFAULT_REPOSITORY,
+                       metavar="DIR", help="llm: model repository holding scene-lm (default: configs/models)")
+    bench.add_argument("--trial-s", type=float, default=20.0, metavar="S",
+                       help="llm: seconds of arrivals in each trial (default: 20)")
+    bench.add_argument("--max-batch", type=int, default=32, metavar="N",
+                       help="llm: most requests in a batch, the same for all three systems (default: 32)")
+    bench.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.target == "ingest":
+        from bench.ingest import IngestBenchOptions, run_ingest_bench
+
+        try:
+            result = run_ingest_bench(IngestBenchOptions(source=args.source, detector=args.detector,
+                                                         repeats=args.repeats, max_frames=args.max_frames,
+                                                         device=args.device))
+        except ValueError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+    elif args.target == "engine":
+        from bench.engine import EngineBenchOptions, format_report, run_engine_bench
+        from engine.device import resolve_device
+
+        try:
+            scenarios = tuple(args.scenario) if args.scenario else EngineBenchOptions.scenarios
+            options = EngineBenchOptions(quick=args.quick, device=resolve_device(args.device), scenarios=scenarios,
+                                         ray=not args.no_ray, triton=not args.no_triton)
+            result = run_engine_bench(options, log=lambda m: print(m, file=sys.stderr, flush=True))
+        except ValueError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+        print(format_report(result), file=sys.stderr)
+    elif args.target == "llm":
+        from bench.llm import LLMBenchOptions, format_llm_report, run_llm_bench
+        from engine.device import resolve_device
+
+        try:
+            if args.trial_s <= 0 or args.max_batch < 1:
+                raise ValueError("--trial-s must be > 0 and --max-batch >= 1")
+            options = LLMBenchOptions(quick=args.quick, repository=args.models_dir, device=resolve_device(args.device),
+                                      trial_s=args.trial_s, max_batch=args.max_batch)
+            result = run_llm_bench(options, log=lambda m: print(m, file=sys.stderr, flush=True))
+        except (ValueError, FileNotFoundError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+        print(format_llm_report(result), file=sys.stderr)
+    elif args.target == "serve":
+        from bench.serve import ServeBenchOptions, format_serve_report, run_serve_bench
+        from engine.device import resolve_device
+
+        try:
+            options = ServeBenchOptions(device=resolve_device(args.device),
+                                        **({"counts": (1, 4, 16), "warmup_s": 10.0, "window_s": 20.0,
+                                            "bound_s": 8.0} if args.quick else {}))
+            result = run_serve_bench(options, log=lambda m: print(m, file=sys.stderr, flush=True))
+        except (ValueError, RuntimeError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+        print(format_serve_report(result), file=sys.stderr)
+    else:  # argparse restricts the choices
+        raise AssertionError(args.target)
+    print_json(result, args.json)
+    return 0
