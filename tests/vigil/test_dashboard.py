@@ -41,6 +41,17 @@ def test_cards_show_live_numbers_that_change(server, browser):
     page.close()
 
 
+def test_the_first_paint_needs_no_event_stream(server, browser):
+    page = browser.new_page()
+    page.route("**/v1/overview/stream*", lambda route: route.abort())  # as a proxy that buffers events would
+    page.goto(f"{server.url}/dashboard")
+    card = page.locator('.card[data-app="people"]')
+    card.wait_for(timeout=30_000)
+    assert "SLO 1500 ms" in card.inner_text()
+    assert page.locator("#streams td.decoded").count() >= 1
+    page.close()
+
+
 def test_app_page_draws_charts_and_the_latest_frame(server, browser):
     page = browser.new_page()
     errors = []

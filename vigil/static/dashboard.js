@@ -44,8 +44,19 @@ function render(o) {
      <td class="muted">${esc(s.last_error)}</td></tr>`).join("");
 }
 
+// The first paint comes from one fetch, so the page is never empty while the event
+// stream connects (or when a proxy holds server-sent events back); the stream takes over.
+let streaming = false;
+fetch("/v1/overview").then((r) => r.json()).then((o) => {
+  if (!streaming) { render(o); document.getElementById("conn").textContent = "loaded, connecting…"; }
+}).catch(() => { /* the event stream will paint */ });
+
 const source = new EventSource("/v1/overview/stream");
-source.onmessage = (e) => { document.getElementById("conn").textContent = "live"; render(JSON.parse(e.data)); };
+source.onmessage = (e) => {
+  streaming = true;
+  document.getElementById("conn").textContent = "live";
+  render(JSON.parse(e.data));
+};
 source.onerror = () => { document.getElementById("conn").textContent = "reconnecting…"; };
 
 // Scene captions written by the LLM (GET /v1/captions), newest first.
