@@ -1,2 +1,4 @@
-"""LLM engine (iteration-level scheduling, paged KV cache), scene captions and question
-answering. Not built yet: see the project's issues."""
+"""The LLM: a Llama-family decoder over a paged KV cache (model.py), iteration-level
+scheduling with selective batching (scheduler.py, engine.py), the tokenizer and chat
+templates, and what Vigil asks of it: scene captions (captions.py) and grounded answers
+(qa.py)."""

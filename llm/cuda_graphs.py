@@ -1,17 +1,15 @@
 """Model steps replayed as CUDA graphs.
 
 On a GPU a small model's step is a few hundred microseconds of kernels behind
-milliseconds of Python and kernel launches, so the launches are what limit throughput
-(measured on an H200 with scene-lm: an eager decode step of 32 requests took 4.5 ms,
-its graph 1.05 ms). A CUDA graph records the launches of one step once and replays
+milliseconds of Python and kernel launches, so the launches are what limit throughput.
+A CUDA graph records the launches of one step once and replays
 them in one call. A graph replays fixed shapes at fixed addresses, so one graph is
 captured per padded number of tokens, over `LlamaModel.forward_static`: the step's
 tokens are padded to the next captured size with rows that write to a scratch block
 and read nothing else, and every token gathers the same number of blocks (masked past
 its position). Prefill tokens are rows like decode tokens, each attending to the
-positions up to its own (causal), so mixed steps replay a graph too: with one graph
-for decode steps only, each arriving prompt's step ran eagerly, at the cost of about
-four graphed decode steps.
+positions up to its own (causal), so mixed steps replay a graph too, and a prompt's
+arrival does not send its whole step back to eager launches.
 
 Steps with more tokens than the largest graph run eagerly; so does everything on a CPU,
 where a graph buys nothing and gathering every block for every prompt token would cost
