@@ -41,6 +41,7 @@ from engine.scheduler import Plan, Policy, WorkItem, make_policy
 from engine.selection import RateMeter, VersionCost, capacity, choose_version
 from engine.servables import ModelManager, Servable
 from engine.share import DeviceShare
+from streams.clock import monotonic_ms
 
 log = logging.getLogger("vigil.engine")
 SLOWDOWN_FADE_MS = 3000.0  # a session's learnt slowdown fades with this time constant while it runs nothing
@@ -150,10 +151,6 @@ def _shape(x: Any) -> Any:
     if isinstance(x, dict):
         return tuple(sorted((k, _shape(v)) for k, v in x.items()))
     return tuple(getattr(x, "shape", ()))
-
-
-def monotonic_ms() -> float:
-    return time.monotonic() * 1000.0
 
 
 class GuestTurns:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import errno
 import queue
 import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator, Protocol
@@ -26,15 +25,9 @@ from urllib.parse import parse_qs, urlsplit
 import av
 import numpy as np
 
+from streams.clock import Clock, monotonic_ms
 from streams.frames import Frame
 from streams.urls import ALL_SCHEMES, ffmpeg_options, redact_url, scheme_of
-
-Clock = Callable[[], float]
-
-
-def monotonic_ms() -> float:
-    return time.monotonic() * 1000.0
-
 
 class SourceError(Exception):
     """A stream cannot be opened or read; the message names the source and the problem.
