@@ -29,6 +29,7 @@ from streams.clock import Clock, monotonic_ms
 from streams.frames import Frame
 from streams.urls import ALL_SCHEMES, ffmpeg_options, redact_url, scheme_of
 
+
 class SourceError(Exception):
     """A stream cannot be opened or read; the message names the source and the problem.
     `transient`: the machine, not the source, failed (out of file descriptors or
