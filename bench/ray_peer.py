@@ -38,7 +38,7 @@ def _deployment(folder: str, max_batch: int, timeout_s: float, threads: int):
         @serve.batch(max_batch_size=max_batch, batch_wait_timeout_s=timeout_s)
         async def __call__(self, frames: list[np.ndarray]) -> list[np.ndarray]:
             out = self.model.infer(np.stack(frames))
-            return [o["head"] for o in out]
+            return [o["head"].probs for o in out]
 
     return Classifier.bind()
 

@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> None:
     @batch
     def infer(frames: np.ndarray) -> dict[str, np.ndarray]:
         out = model.infer(frames)
-        return {"head": np.stack([np.asarray(o["head"], np.float32).reshape(-1) for o in out])}
+        return {"head": np.stack([o["head"].probs for o in out])}
 
     config = TritonConfig(http_address="127.0.0.1", http_port=args.http_port, grpc_address="127.0.0.1",
                           grpc_port=args.grpc_port, metrics_port=args.metrics_port, log_verbose=0)
