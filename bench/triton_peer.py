@@ -79,7 +79,8 @@ def check_outputs(url: str, folder: Path, frame: np.ndarray) -> None:
     got = infer_output(httpx.post(f"{url}/v2/models/{MODEL}/infer", content=body, headers=headers, timeout=60))
     repo = ModelRepository(folder.parent.parent)
     name, version = folder.parent.name, int(folder.name)
-    want = np.asarray(load_model(repo.spec(name, version), folder, version, "cpu").infer(frame[None])[0]["head"].probs)
+    model = load_model(repo.spec(name, version), folder, version, "cpu")
+    want = model.infer(frame[None])[0]["head"].probs
     if not np.allclose(got.reshape(-1), want.reshape(-1), rtol=1e-4, atol=1e-4):
         raise RuntimeError(f"Triton's output differs from the model's own: {got.reshape(-1)[:4]} vs "
                            f"{want.reshape(-1)[:4]}")
