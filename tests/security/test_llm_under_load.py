@@ -57,20 +57,24 @@ def test_a_flood_of_completions_is_bounded_and_leaves_with_its_clients(guarded, 
     API answers throughout, and the work is gone soon after the clients (it went on
     51 s once)."""
     body = {"prompt": CAPTION_PROMPT, "max_tokens": 400, "ignore_eos": True}
-    slowest_list = 0.0
+    slowest_list, most_waiting = 0.0, 0.0
     with watch(guarded) as w:
         flood = run_flood(guarded, "/v1/completions", 100, 3, body)
         while flood.poll() is None:
             t0 = time.monotonic()
             assert api.get("/v1/streams").status_code == 200
             slowest_list = max(slowest_list, time.monotonic() - t0)
+            most_waiting = max(most_waiting, llm_gauges(api)[1])
             time.sleep(0.2)
         gone_at = time.monotonic()
         wait_for(lambda: llm_gauges(api) == (0.0, 0.0), 15, "no LLM work left once the clients are gone")
         emptied_s = time.monotonic() - gone_at
     out = json.loads(flood.stdout.read())
     statuses = out["statuses"]
-    assert statuses.count(503) >= 50 and out["retry_after"] == ["1"], statuses
+    # the bound itself; how many are refused depends on how fast the clients arrive and leave
+    assert most_waiting <= 8, most_waiting
+    assert set(statuses) <= {200, 503, "gone"}, statuses
+    assert statuses.count(503) >= 25 and out["retry_after"] == ["1"], statuses
     assert statuses.count("gone") + statuses.count(200) >= 8  # the admitted ones ran until their clients left
     assert slowest_list < 2.0, f"GET /v1/streams took {slowest_list:.2f} s"  # (once 74.5 s)
     assert emptied_s < 10
