@@ -14,6 +14,7 @@ the usual case, are never padded)."""
 from __future__ import annotations
 
 import copy
+import threading
 from collections import OrderedDict
 from typing import Any
 
@@ -23,10 +24,12 @@ from torch.nn import functional as F
 
 
 class _Given:
-    """What the head's stand-ins hand back, set for each call."""
+    """What the head's stand-ins hand back, set for each call (one call at a time)."""
 
-    images: Any = None
-    features: Any = None
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.images: Any = None
+        self.features: Any = None
 
 
 class _GivenTransform(nn.Module):
@@ -99,11 +102,12 @@ def run_head(head: nn.Module, given: _Given, batch: dict) -> list[dict]:
     n = first.shape[0]
     # the anchors read only the padded batch's shape, dtype and device: a stand-in of no memory
     tensors = first.new_zeros(()).expand(n, 3, *batch["padded"])
-    given.images = ImageList(tensors, [tuple(s) for s in batch["sizes"]])
-    given.features = batch["features"]
     originals = [first.new_zeros(()).expand(3, *o) for o in batch["originals"]]
-    try:
-        with torch.inference_mode():
-            return head(originals)
-    finally:
-        given.images = given.features = None
+    with given.lock:
+        given.images = ImageList(tensors, [tuple(s) for s in batch["sizes"]])
+        given.features = batch["features"]
+        try:
+            with torch.inference_mode():
+                return head(originals)
+        finally:
+            given.images = given.features = None
