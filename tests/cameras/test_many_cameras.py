@@ -59,11 +59,18 @@ def measured(tmp_path_factory, bundled_clips):
                  "every app gets results")
         time.sleep(10)  # past the start, the governor has settled
         before = [api.get(f"/v1/apps/cam{i}/metrics").json() for i in range(N)]
-        time.sleep(WINDOW_S)
+        # the low camera's state through the window: overload is a state that comes and
+        # goes with the load (hysteresis), so it is judged over the window, not at its end
+        samples, end = [], time.monotonic() + WINDOW_S
+        while time.monotonic() < end:
+            m = api.get("/v1/apps/cam1/metrics").json()
+            stream = {s["name"]: s for s in api.get("/v1/streams").json()}["cam1"]
+            samples.append((m["load"]["overloaded"], m["latency_all_ms"]["p99"], stream["overloaded"]))
+            time.sleep(2.0)
         after = [api.get(f"/v1/apps/cam{i}/metrics").json() for i in range(N)]
         streams = api.get("/v1/streams").json()
         metrics = api.get("/metrics").text
-        yield before, after, streams, metrics, srv
+        yield before, after, streams, metrics, srv, samples
     finally:
         api.close()
         srv.stop()
@@ -104,13 +111,14 @@ def test_the_camera_with_min_fps_gives_up_rate(measured):
 
 
 def test_the_overload_is_visible(measured):
-    before, after, streams, metrics, srv = measured
+    before, after, streams, metrics, srv, samples = measured
     low = after[1]
-    print("cam1:", low["load"], low["latency_ms"], low["latency_all_ms"])
-    assert low["load"]["overloaded"]
-    assert low["latency_all_ms"]["p99"] == "inf"  # its drops count as misses ...
+    print("cam1:", low["load"], low["latency_ms"], low["latency_all_ms"], "through the window:", samples)
+    most = len(samples) / 2
+    assert sum(app for app, _, _ in samples) >= most, samples  # overloaded most of the window
+    assert sum(p99 == "inf" for _, p99, _ in samples) >= most, samples  # its drops count as misses ...
     assert low["latency_ms"]["p50"] <= 1000 * 1.5  # ... where the completed-only figure looks fine
     assert re.search(r'^vigil_app_shed_total\{app="cam1",reason="deadline"\} [1-9]', metrics, re.M), \
         [m for m in metrics.splitlines() if "shed" in m]
-    assert {s["name"]: s["overloaded"] for s in streams}["cam1"] is True
+    assert sum(stream for _, _, stream in samples) >= most, samples  # the stream shows it too
     assert "app cam1 is overloaded" in srv.logs()
