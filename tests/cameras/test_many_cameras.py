@@ -121,4 +121,4 @@ def test_the_overload_is_visible(measured):
     assert re.search(r'^vigil_app_shed_total\{app="cam1",reason="deadline"\} [1-9]', metrics, re.M), \
         [m for m in metrics.splitlines() if "shed" in m]
     assert sum(stream for _, _, stream in samples) >= most, samples  # the stream shows it too
-    assert "app cam1 is overloaded" in srv.logs()
+    wait_for(lambda: "app cam1 is overloaded" in srv.logs(), 15, "the log saying cam1 is overloaded")
