@@ -41,21 +41,31 @@ def test_rate_meter_follows_a_step():
     assert meter.rate_per_s < 5
 
 
-def test_engine_switches_versions_under_a_load_step_and_back(tmp_path):
+def two_versions(tmp_path) -> tuple[Engine, list[float]]:
+    """Model m in versions 1 (fast) and 2 (accurate), on an engine with a fake clock."""
     for v in (1, 2):
         write_model(tmp_path, "m", v, {"quality": 0.8 + 0.1 * v, "split": []}, state=tiny_state(head_seed=v),
                     config={"version_policy": {"latest": 2}})
     now = [0.0]
-    engine = Engine(ModelRepository(tmp_path), "cpu", clock=lambda: now[0], adapt_profiles=False)
+    return Engine(ModelRepository(tmp_path), "cpu", clock=lambda: now[0], adapt_profiles=False), now
+
+
+def give_known_costs(engine: Engine) -> None:
+    """v1 sustains 400/s within the SLO, v2 100/s; host costs, measured on real time, are
+    forgotten (the tests run on fake time)."""
+    for v, per_item in ((1, 1.0), (2, 4.0)):
+        frag = engine.manager.versions["m"][v].model.fragments["model"]
+        engine.manager.sessions[frag.hash].profile = make_profile(per_item_ms=per_item, fixed_ms=1,
+                                                                  fragment_hash=frag.hash)
+    engine._host_ms.clear()
+
+
+def test_engine_switches_versions_under_a_load_step_and_back(tmp_path):
+    engine, now = two_versions(tmp_path)
     try:
         engine.load("m")
-        # give the versions known costs: v1 sustains 400/s within the SLO, v2 100/s
-        for v, per_item in ((1, 1.0), (2, 4.0)):
-            frag = engine.manager.versions["m"][v].model.fragments["model"]
-            engine.manager.sessions[frag.hash].profile = make_profile(per_item_ms=per_item, fixed_ms=1,
-                                                                      fragment_hash=frag.hash)
+        give_known_costs(engine)
         frame = np.zeros((32, 32, 3), np.uint8)
-        engine._host_ms.clear()  # host costs are measured on real time; this test runs on fake time
 
         def drive(rate: float, seconds: float) -> list[int]:
             versions = []
@@ -87,21 +97,13 @@ def test_each_apps_switches_are_reported_on_its_own_stream(tmp_path):
     from factories import make_block
     from vigil.pipeline import build_runners, observe_block, submit_block
 
-    for v in (1, 2):
-        write_model(tmp_path, "m", v, {"quality": 0.8 + 0.1 * v, "split": []}, state=tiny_state(head_seed=v),
-                    config={"version_policy": {"latest": 2}})
-    now = [0.0]
-    engine = Engine(ModelRepository(tmp_path), "cpu", clock=lambda: now[0], adapt_profiles=False)
+    engine, now = two_versions(tmp_path)
     try:
         runners = {}
         for stream in ("s1", "s2"):
             spec = parse_spec({"name": f"app-{stream}", "detector": "m", "select": "adaptive", "slo_ms": 600000.0})
             runners[stream] = build_runners([spec], engine, stream, (32, 24), 25.0)
-        for v, per_item in ((1, 1.0), (2, 4.0)):
-            frag = engine.manager.versions["m"][v].model.fragments["model"]
-            engine.manager.sessions[frag.hash].profile = make_profile(per_item_ms=per_item, fixed_ms=1,
-                                                                      fragment_hash=frag.hash)
-        engine._host_ms.clear()
+        give_known_costs(engine)
         events = {"s1": [], "s2": []}
         for k, rate in enumerate([20] * 3 + [400] * 150 + [20] * 15):  # frames/s per stream: a step up and back
             flights = {}
