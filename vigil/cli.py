@@ -170,7 +170,9 @@ API_KEY_HELP = "API key (default: $VIGIL_API_KEY, else the first of the server's
 def _api_key(args: argparse.Namespace) -> str | None:
     import os
 
-    keys = [k.strip() for k in os.environ.get("VIGIL_API_KEYS", "").split(",") if k.strip()]
+    from vigil.settings import env_api_keys
+
+    keys = env_api_keys() or []
     return args.api_key or os.environ.get("VIGIL_API_KEY") or (keys[0] if keys else None)
 
 

@@ -110,6 +110,12 @@ class SettingsError(ValueError):
     pass
 
 
+def env_api_keys(environ: dict[str, str] | None = None) -> list[str] | None:
+    """The keys `VIGIL_API_KEYS` sets (comma-separated); None when it is not set."""
+    keys = (os.environ if environ is None else environ).get("VIGIL_API_KEYS")
+    return None if keys is None else [k.strip() for k in keys.split(",") if k.strip()]
+
+
 def load_settings(path: Path | None = None, overrides: dict[str, Any] | None = None,
                   environ: dict[str, str] | None = None) -> Settings:
     """YAML file (the default config when None) <- flags (`overrides`, None values ignored)
@@ -139,9 +145,9 @@ def load_settings(path: Path | None = None, overrides: dict[str, Any] | None = N
         limits["media_dirs"] = [str(base / d) if isinstance(d, str) and not Path(d).is_absolute() else d
                                 for d in limits["media_dirs"]]
     data.update({k: v for k, v in (overrides or {}).items() if v is not None})
-    keys = environ.get("VIGIL_API_KEYS")
+    keys = env_api_keys(environ)
     if keys is not None:
-        data["api_keys"] = [k.strip() for k in keys.split(",") if k.strip()]
+        data["api_keys"] = keys
     try:
         return Settings.model_validate(data)
     except ValidationError as exc:
