@@ -572,18 +572,17 @@ def _onnx(spec: ModelSpec, folder: Path, version: int, device: str) -> LoadedMod
                               f"(its outputs: {', '.join(names)})")
 
     def run(batch):
-        n = batch.shape[0]
         x = batch.detach().cpu().numpy()
-        if fixed_batch is not None and n < fixed_batch:  # a fixed-batch export: pad, then drop the padding
-            x = np.concatenate([x, np.zeros((fixed_batch - n, *x.shape[1:]), x.dtype)])
         if not spec.outputs:
-            return torch.from_numpy(session.run(names[:1], {first.name: x})[0][:n])
+            return torch.from_numpy(session.run(names[:1], {first.name: x})[0])
         roles = list(spec.outputs)
         values = session.run([spec.outputs[r] for r in roles], {first.name: x})
         if values[roles.index("boxes")].ndim == 2:  # one image's detections, without a batch dimension
             values = [v[None] for v in values]
-        return {r: torch.from_numpy(v[:n]) for r, v in zip(roles, values)}
+        return {r: torch.from_numpy(v) for r, v in zip(roles, values)}
 
+    if fixed_batch is not None:  # a fixed-batch export: pad, then drop the padding
+        run = _padded_to(fixed_batch, run)
     frag = Fragment("model", _file_hash(path, {"adapter": "onnx", **_root_extra(spec)}), None,
                     image_input(spec, "cpu", run), _torch_collate, _torch_split, session)
     return LoadedModel(spec, version, folder, device, {"model": frag}, False, image_preprocess(spec, "cpu"))
