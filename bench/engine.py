@@ -102,9 +102,7 @@ def write_version(root: Path, name: str, version: int, arch: str, size: int, sta
 
 def bound(engine: Engine, model: str, slo_ms: float) -> float:
     """max over b of b / l(b) with l(b) <= SLO, where l sums the model's fragments."""
-    with engine.manager.lock:
-        servable = engine.manager.resolve(model, None)
-        profiles = [engine.manager.sessions[f.hash].profile for f in servable.model.fragments.values()]
+    profiles = engine.fragment_profiles(model)
     best = 0.0
     for b in range(1, profiles[0].max_batch + 1):
         latency = sum(p.latency_ms(b) for p in profiles)
@@ -250,7 +248,7 @@ class Bench:
                                duration, seed=self.o.seed + 3, warmup_s=0.0, during=during)
             for t in swaps:
                 t.join()
-            serving = sorted(engine.manager.versions.get("sw", {}))
+            serving = engine.versions("sw")
         outcomes = result.outcomes.get("app", {})
         failed = sum(n for k, n in outcomes.items() if k not in ("ok", "late", "deadline"))
         return {"swaps": len(swaps), "serving_after": serving, "requests": result.arrived.get("app", 0),
@@ -281,7 +279,7 @@ class Bench:
                 out[f"{name}_attainment"] = round(result.attainment(), 4)
                 out[f"{name}_map"] = round(sum(n * (quality[v] or 0.0) for v, n in served.items()) / total, 4)
                 out[f"{name}_served"] = {str(v): n for v, n in sorted(served.items())}
-            out["switches"] = [e for e in engine.selection_events if e["app"] == "app"]
+            out["switches"] = [e for e in engine.selections() if e["app"] == "app"]
         return out
 
 

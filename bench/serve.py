@@ -160,8 +160,9 @@ def measure_point(n: int, options: ServeBenchOptions, log: Callable[[str], None]
 
 def engine_bound(options: ServeBenchOptions, log: Callable[[str], None]) -> float:
     """SceneDet's person path through the engine alone: best frames/s at full batches."""
-    from engine.engine import Engine, Request
+    from engine.engine import Engine
     from engine.repository import ModelRepository
+    from engine.requests import Request
     from streams import open_source
 
     frames = []

@@ -171,7 +171,7 @@ class EngineTarget:
     """Runs a stream's requests through Vigil's engine."""
 
     def __init__(self, engine, frames: dict[str, np.ndarray]) -> None:
-        from engine.engine import Request
+        from engine.requests import Request
 
         self.engine = engine
         self.frames = frames
@@ -182,7 +182,7 @@ class EngineTarget:
         return self.engine.clock()
 
     def send(self, stream: Stream, seq: int, capture_ms: float) -> list[Pending]:
-        from engine.engine import Dropped
+        from engine.requests import Dropped
 
         frame = self.frames[stream.name]
         reqs = [self._request(app, model, frame, capture_ms, stream.slo_ms, version=stream.version,

@@ -297,8 +297,8 @@ def load_model(spec: ModelSpec, folder: Path, version: int, device: str) -> Load
     """Build a version's fragments on `device`. Raises RepositoryError naming the file."""
     yaml_path = folder / "model.yaml"
     try:
-        builder = {"python": _torch_model, "torchvision": _torch_model, "torchscript": _scripted,
-                   "torch_export": _exported, "onnx": _onnx, "opencv_hog": _opencv,
+        builder = {"python": _torch_model, "torchvision": _torch_model, "torchscript": _torch_file,
+                   "torch_export": _torch_file, "onnx": _onnx, "opencv_hog": _opencv,
                    "opencv_haar": _opencv, "transformers": _transformers}[spec.adapter]
         model = builder(spec, folder, version, device)
         if spec.output in CHECKED_KINDS:
@@ -501,17 +501,6 @@ def _file_hash(path: Path, extra: dict) -> str:
     return h.hexdigest()
 
 
-def _scripted(spec: ModelSpec, folder: Path, version: int, device: str) -> LoadedModel:
-    import torch
-
-    path = folder / spec.weights
-    try:
-        module = torch.jit.load(str(path), map_location=device).eval()
-    except Exception as exc:
-        raise RepositoryError(f"{folder / 'model.yaml'}: weights: {path.name} is not a TorchScript file ({exc})") from None
-    return _single(spec, folder, version, device, module, _file_hash(path, {"adapter": "torchscript", **_root_extra(spec)}))
-
-
 def _padded_to(batch: int, run: Callable) -> Callable:
     """A fixed-batch model called with fewer images: pad with zeros, drop the padding."""
     import torch
@@ -528,24 +517,30 @@ def _padded_to(batch: int, run: Callable) -> Callable:
     return padded
 
 
-def _exported(spec: ModelSpec, folder: Path, version: int, device: str) -> LoadedModel:
-    """A torch.export file; its input's static dimensions fix the batch and size as an
-    ONNX file's do (a TorchScript file records no input shape)."""
+def _torch_file(spec: ModelSpec, folder: Path, version: int, device: str) -> LoadedModel:
+    """A TorchScript or torch.export file. A torch.export program's input has static
+    dimensions, which fix the batch and size as an ONNX file's do; TorchScript records none."""
     import torch
 
     path = folder / spec.weights
+    shape = None
     try:
-        program = torch.export.load(str(path))
-        module = program.module().to(device)
+        if spec.adapter == "torchscript":
+            module = torch.jit.load(str(path), map_location=device).eval()
+        else:
+            program = torch.export.load(str(path))
+            module = program.module().to(device)
+            inputs = [n for n in program.graph.nodes
+                      if n.op == "placeholder" and n.name in program.graph_signature.user_inputs]
+            shape = [int(d) if isinstance(d, int) else None for d in inputs[0].meta["val"].shape] if inputs else None
     except Exception as exc:
-        raise RepositoryError(f"{folder / 'model.yaml'}: weights: {path.name} is not a torch.export file ({exc})") from None
-    inputs = [n for n in program.graph.nodes if n.op == "placeholder" and n.name in program.graph_signature.user_inputs]
-    shape = [int(d) if isinstance(d, int) else None for d in inputs[0].meta["val"].shape] if inputs else None
+        kind = "TorchScript" if spec.adapter == "torchscript" else "torch.export"
+        raise RepositoryError(f"{folder / 'model.yaml'}: weights: {path.name} is not a {kind} file ({exc})") from None
     fixed_batch = None
     if shape is not None:
         spec, fixed_batch = fit_to_file(spec, shape, folder / "model.yaml", path.name)
     return _single(spec, folder, version, device, module,
-                   _file_hash(path, {"adapter": "torch_export", **_root_extra(spec)}), fixed_batch=fixed_batch)
+                   _file_hash(path, {"adapter": spec.adapter, **_root_extra(spec)}), fixed_batch=fixed_batch)
 
 
 def _onnx(spec: ModelSpec, folder: Path, version: int, device: str) -> LoadedModel:

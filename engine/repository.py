@@ -16,16 +16,17 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-ADAPTERS = ("python", "torchvision", "torchscript", "torch_export", "onnx", "opencv_hog", "opencv_haar",
-            "transformers")
-YOLO_KINDS = ("yolo", "yolov5", "yolo_end2end")  # decoded by engine/yolo.py
+Adapter = Literal["python", "torchvision", "torchscript", "torch_export", "onnx", "opencv_hog", "opencv_haar",
+                  "transformers"]
+YoloKind = Literal["yolo", "yolov5", "yolo_end2end"]  # decoded by engine/yolo.py
+OutputKind = Literal["centernet", "classification", "tensor", "detections", YoloKind]
+ADAPTERS, YOLO_KINDS, OUTPUT_KINDS = get_args(Adapter), get_args(YoloKind), get_args(OutputKind)
 DETECTION_ROLES = ("boxes", "scores", "labels")  # an onnx detector's named outputs
-OUTPUT_KINDS = ("centernet", "classification", "tensor", "detections", *YOLO_KINDS)
 NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 
 
@@ -85,7 +86,7 @@ class ModelSpec(BaseModel):
     name: str
     version: int | None = None  # informative; the directory name is the version
     description: str = ""
-    adapter: str
+    adapter: Adapter
     factory: str | None = Field(None, description="python adapter: module:function")
     arch: str | None = Field(None, description="torchvision adapter: architecture name, e.g. resnet18")
     config: dict[str, Any] = Field(default_factory=dict, description="keyword arguments for the builder")
@@ -93,7 +94,7 @@ class ModelSpec(BaseModel):
     seed: int = Field(0, description="seed of random weights")
     split: list[str | FragmentSpec] = Field(default_factory=list, description="fragments: named child modules")
     input: InputSpec = Field(default_factory=InputSpec)
-    output: str = "tensor"
+    output: OutputKind = "tensor"
     postprocess: PostprocessSpec = Field(default_factory=PostprocessSpec)
     outputs: dict[str, str] = Field(default_factory=dict, description="onnx detections: which named output holds "
                                     "the boxes (x1, y1, x2, y2 in input pixels), scores and labels")
@@ -101,20 +102,6 @@ class ModelSpec(BaseModel):
     heads: dict[str, list[str]] = Field(default_factory=dict, description="leaf fragment -> the labels it detects")
     batch_sizes: list[int] = Field(default_factory=lambda: [1, 2, 4, 8, 16], description="sizes to profile and run")
     quality: float | None = Field(None, description="accuracy measure (e.g. held-out mAP) used by adaptive selection")
-
-    @field_validator("adapter")
-    @classmethod
-    def _adapter(cls, v: str) -> str:
-        if v not in ADAPTERS:
-            raise ValueError(f"unknown adapter; use one of {list(ADAPTERS)}")
-        return v
-
-    @field_validator("output")
-    @classmethod
-    def _output(cls, v: str) -> str:
-        if v not in OUTPUT_KINDS:
-            raise ValueError(f"unknown output kind; use one of {list(OUTPUT_KINDS)}")
-        return v
 
     @field_validator("batch_sizes")
     @classmethod

@@ -12,6 +12,7 @@ and a better one is taken only when the rate is below `up_margin` of that one's.
 from __future__ import annotations
 
 import math
+from collections import deque
 from dataclasses import dataclass
 
 from engine.profiles import Profile
@@ -73,3 +74,28 @@ class RateMeter:
         if self._last_ms is None:
             return 0.0
         return self.rate_per_s * math.exp(-max(0.0, now_ms - self._last_ms) / self.tau_ms)
+
+
+class AdaptiveSelector:
+    """Per (app, model), the version chosen last and each switch; per model, the rate.
+    Called under the engine's lock."""
+
+    def __init__(self, clock) -> None:
+        self.clock = clock
+        self._rates: dict[str, RateMeter] = {}
+        self._chosen: dict[tuple[str, str], int] = {}
+        self.switches: deque[dict] = deque(maxlen=10_000)  # every switch, for reports and benches
+
+    def choose(self, app: str, model: str, options: list[VersionCost]) -> tuple[int, dict | None]:
+        """The version for this request, and the switch it makes (None: the app stays)."""
+        rate = self._rates.setdefault(model, RateMeter()).add(self.clock())
+        key = (app, model)
+        current = self._chosen.get(key)
+        chosen = choose_version(options, rate, current)
+        if chosen == current:
+            return chosen, None
+        self._chosen[key] = chosen
+        switch = {"type": "model_selected", "app": app, "model": model, "from_version": current,
+                  "to_version": chosen, "rate_per_s": round(rate, 2), "t_ms": round(self.clock(), 1)}
+        self.switches.append(switch)
+        return chosen, switch

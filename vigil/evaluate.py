@@ -15,10 +15,11 @@ from pathlib import Path
 import numpy as np
 
 from engine.adapters import load_model
-from engine.engine import Engine, Request
+from engine.engine import Engine
 from engine.models.detection_eval import DetectionEvaluator
 from engine.models.scenedet_data import CLASSES, EVAL_SEED0, render_dataset
 from engine.repository import ModelRepository
+from engine.requests import Request
 
 
 def eval_detector(repository: Path, device: str, versions: list[int] | None = None, clips: int = 6,

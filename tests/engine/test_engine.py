@@ -6,10 +6,11 @@ from collections import Counter
 import numpy as np
 import pytest
 import torch
-
-from engine.engine import Dropped, Engine, Request
-from engine.repository import ModelRepository, RepositoryError
 from repo import tiny_state, write_model
+
+from engine.engine import Engine
+from engine.repository import ModelRepository, RepositoryError
+from engine.requests import Dropped, Request
 
 FRAME = np.zeros((32, 32, 3), np.uint8)
 
@@ -254,12 +255,12 @@ def test_a_slowdown_learnt_under_load_fades_while_the_session_runs_nothing(tmp_p
         engine.load("m")
         session = next(iter(engine.manager.sessions))
         base = engine.manager.sessions[session].profile.latency_ms(1)
-        engine._slowdown[session] = (4.0, 0.0, now[0])  # what slow batches taught it
+        engine.observed.slowdown[session] = (4.0, 0.0, now[0])  # what slow batches taught it
         slo = 2.5 * base  # too tight at 4x, easy at 1x
-        assert engine._current_profile(session).latency_ms(1) == pytest.approx(4 * base, rel=1e-3)
+        assert engine.admission.profile(session).latency_ms(1) == pytest.approx(4 * base, rel=1e-3)
         with pytest.raises(Dropped, match="deadline"):
             engine.submit(request(engine=engine, slo_ms=slo)).result(timeout=10)
         now[0] += 30_000.0  # the slow spell is over; nothing of this session ran meanwhile
-        assert engine._current_profile(session).latency_ms(1) == pytest.approx(base, rel=0.01)
+        assert engine.admission.profile(session).latency_ms(1) == pytest.approx(base, rel=0.01)
         assert engine.submit(request(engine=engine, slo_ms=1e9)).result(timeout=10).version == 1
-        assert engine._slowdown[session][2] == now[0]  # a batch ran: the slowdown is measured afresh
+        assert engine.observed.slowdown[session][2] == now[0]  # a batch ran: the slowdown is measured afresh

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
-from engine.engine import Engine, Request
-from engine.repository import ModelRepository, RepositoryError
 from repo import write_model
+
+from engine.engine import Engine
+from engine.repository import ModelRepository, RepositoryError
+from engine.requests import Request
 
 onnx = pytest.importorskip("onnx")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402

@@ -3,9 +3,9 @@
 import pytest
 import torch
 import yaml
+from repo import tiny_state, write_model
 
 from engine.repository import ModelRepository, RepositoryError, VersionPolicy
-from repo import tiny_state, write_model
 
 
 @pytest.mark.parametrize("policy, expected", [
@@ -32,10 +32,10 @@ def test_label_pointing_nowhere_is_named(tmp_path):
 
 
 @pytest.mark.parametrize("patch, fragment", [
-    ({"adapter": "tensorflow"}, "adapter: unknown adapter"),
+    ({"adapter": "tensorflow"}, "adapter: Input should be 'python', 'torchvision'"),
     ({"factory": None}, "needs factory: 'module:function'"),
     ({"batch_sizes": [4, 2]}, "batch_sizes: must be increasing"),
-    ({"output": "boxes"}, "output: unknown output kind"),
+    ({"output": "boxes"}, "output: Input should be 'centernet'"),
     ({"split": ["backbone", {"name": "a", "after": "nope"}]}, "comes after 'nope'"),
     ({"weigths": "x.pt"}, "weigths: unknown field"),
     ({"weights": "missing.pt"}, "weights: file 'missing.pt' is missing"),

@@ -4,9 +4,10 @@ should not, and find the objects of a frame rendered from a held-out seed."""
 import numpy as np
 import pytest
 
-from engine.engine import Engine, Request
+from engine.engine import Engine
 from engine.models.detection_eval import box_iou
 from engine.repository import ModelRepository
+from engine.requests import Request
 from sample_videos.render import RenderConfig, Renderer
 from vigil.offline import DEFAULT_REPOSITORY
 

@@ -2,12 +2,13 @@
 
 import numpy as np
 import pytest
-
-from engine.engine import ADAPTIVE, Engine, Request
-from engine.repository import ModelRepository
-from engine.selection import RateMeter, VersionCost, capacity, choose_version
 from factories import make_profile
 from repo import tiny_state, write_model
+
+from engine.engine import Engine
+from engine.repository import ModelRepository
+from engine.requests import ADAPTIVE, Request
+from engine.selection import RateMeter, VersionCost, capacity, choose_version
 
 FAST = VersionCost(1, quality=0.85, capacity_per_s=400)
 ACCURATE = VersionCost(2, quality=0.95, capacity_per_s=100)
@@ -57,7 +58,7 @@ def give_known_costs(engine: Engine) -> None:
         frag = engine.manager.versions["m"][v].model.fragments["model"]
         engine.manager.sessions[frag.hash].profile = make_profile(per_item_ms=per_item, fixed_ms=1,
                                                                   fragment_hash=frag.hash)
-    engine._host_ms.clear()
+    engine.observed.host.clear()
 
 
 def test_engine_switches_versions_under_a_load_step_and_back(tmp_path):
@@ -78,7 +79,7 @@ def test_engine_switches_versions_under_a_load_step_and_back(tmp_path):
         assert set(drive(20, 2.0)[5:]) == {2}  # light: accurate
         assert drive(300, 2.0)[-1] == 1        # a step up: fast
         assert drive(20, 3.0)[-1] == 2         # and back
-        kinds = [(e["from_version"], e["to_version"]) for e in engine.selection_events]
+        kinds = [(e["from_version"], e["to_version"]) for e in engine.selections()]
         assert kinds == [(None, 2), (2, 1), (1, 2)]
         from prometheus_client import generate_latest
         text = generate_latest(engine.metrics.registry).decode()
@@ -93,8 +94,9 @@ def test_each_apps_switches_are_reported_on_its_own_stream(tmp_path):
     on the Result of the request that saw it)."""
     import dataclasses
 
-    from apps.spec import parse_spec
     from factories import make_block
+
+    from apps.spec import parse_spec
     from vigil.pipeline import build_runners, observe_block, submit_block
 
     engine, now = two_versions(tmp_path)

@@ -13,11 +13,12 @@ import os
 import numpy as np
 import pytest
 import torch
-
-from engine.engine import Engine, Request
-from engine.repository import ModelRepository, RepositoryError
 from repo import write_model
 from support.processes import VigilServer
+
+from engine.engine import Engine
+from engine.repository import ModelRepository, RepositoryError
+from engine.requests import Request
 
 os.environ.setdefault("YOLO_CONFIG_DIR", "/tmp/vigil-tests-ultralytics")
 ultralytics = pytest.importorskip("ultralytics", reason="make install adds ultralytics (no deps) for these tests")
@@ -213,7 +214,6 @@ def test_grpc_predict_returns_ultralytics_detections(yolo_server):
 
 def test_an_app_whose_model_finds_nothing_says_so(yolo_server):
     import httpx
-
     from support.clips import BUNDLED
     from support.processes import wait_for
 

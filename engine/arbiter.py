@@ -1,0 +1,101 @@
+"""The device arbiter: who runs on the device next, vision's batch or a guest's step.
+
+Vision (the engine's loop) and a guest that runs in steps (the LLM engine) share one
+device through this object and nothing else: the guest joins with `guest(min_share)`
+and runs each step inside `turn(cost_ms)`; the loop runs each batch inside `batch()`,
+and between plans asks whether the guest is owed a step (`owed`) or its step fits in
+the slack the plan leaves (`fits_in`), and if so hands the device over (`lend`). The
+policy is engine/share.py's (slack first, `min_share` under full load).
+
+It shares the engine loop's condition variable, so a guest asking for a turn wakes a
+loop that waits for work.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from contextlib import contextmanager
+from typing import Iterator
+
+from engine.metrics import EngineMetrics
+from engine.share import DeviceShare
+
+
+class DeviceArbiter:
+    def __init__(self, cond: threading.Condition, metrics: EngineMetrics) -> None:
+        self._cond = cond
+        self._metrics = metrics
+        self._device = threading.Lock()  # held while a batch or a step runs
+        self.share = DeviceShare()
+        self.closing = False
+
+    # -- the guest's side -------------------------------------------------------------------------
+    @contextmanager
+    def guest(self, min_share: float) -> Iterator["DeviceArbiter"]:
+        """`with arbiter.guest(0.1) as device: while busy: with device.turn(cost_ms): step()`.
+        Steps run in the slack vision deadlines leave, or when `min_share` of device time
+        is owed; vision waits for at most the steps owed."""
+        with self._cond:
+            self.share.join(min_share)
+            self._cond.notify_all()
+        try:
+            yield self
+        finally:
+            with self._cond:
+                self.share.leave()
+                self._cond.notify_all()
+
+    @contextmanager
+    def turn(self, cost_ms: float) -> Iterator[None]:
+        """One guest step, once the loop grants it (at once when the engine is closing)."""
+        with self._cond:
+            self.share.step_costs(cost_ms)
+            self._cond.notify_all()
+            while not self.share.granted and not self.closing:
+                self._cond.wait(0.5)
+            if not self.share.granted:
+                self.share.grant(by_share=False)
+        started = time.perf_counter()
+        try:
+            with self._device:
+                yield
+        finally:
+            elapsed_ms = (time.perf_counter() - started) * 1000.0
+            with self._cond:
+                self.share.guest_ran(elapsed_ms)
+                self._cond.notify_all()
+            self._metrics.device_seconds.labels("guest").inc(elapsed_ms / 1000.0)
+
+    # -- vision's side (the engine loop) ----------------------------------------------------------
+    @contextmanager
+    def batch(self) -> Iterator[None]:
+        """One vision batch on the device; a guest step in progress finishes first."""
+        started = time.perf_counter()
+        try:
+            with self._device:
+                yield
+        finally:
+            elapsed_ms = (time.perf_counter() - started) * 1000.0
+            with self._cond:
+                self.share.vision_ran(elapsed_ms)
+            self._metrics.device_seconds.labels("vision").inc(elapsed_ms / 1000.0)
+
+    def owed(self) -> bool:
+        """Under the lock: the guest's credit covers its next step, before the next batch."""
+        return self.share.due()
+
+    def fits_in(self, slack_ms: float | None) -> bool:
+        """Under the lock: the guest's next step fits in this much idle device (None: idle
+        until work arrives)."""
+        return self.share.fits_in(slack_ms)
+
+    def lend(self, by_share: bool) -> None:
+        """Under the lock, in the loop: the guest runs one step; wait until it ends."""
+        self.share.grant(by_share)
+        self._cond.notify_all()
+        while self.share.granted:
+            self._cond.wait()
+
+    def report(self) -> dict:
+        return self.share.report()
