@@ -34,9 +34,9 @@ import httpx
 import yaml
 
 from bench.launch import Launched, free_ports
+from vigil.settings import MODELS_DIR, ROOT, SAMPLES_DIR
 
-ROOT = Path(__file__).resolve().parents[1]
-CLIPS = sorted((ROOT / "sample_videos").glob("*.mp4"))
+CLIPS = sorted(SAMPLES_DIR.glob("*.mp4"))
 SLO_MS = 1000.0
 HIGH_FPS = 5.0  # the priority camera samples this; the others every frame (15 a second)
 LOW_MIN_FPS = 3.0
@@ -69,7 +69,7 @@ class _Server:
         config = workdir / "vigil.yaml"
         llm = {"llm_model": "scene-lm", "caption_every_s": CAPTION_EVERY_S} if captions else \
             {"llm_model": None, "caption_every_s": 0}
-        config.write_text(yaml.safe_dump({**llm, "limits": {"media_dirs": [str(ROOT / "sample_videos")]}}))
+        config.write_text(yaml.safe_dump({**llm, "limits": {"media_dirs": [str(SAMPLES_DIR)]}}))
         self.server = Launched("vigil serve", [sys.executable, "-m", "vigil", "serve", "--config", str(config),
                                                "--port", str(self.port), "--grpc-port", "0", "--data-dir",
                                                str(workdir / "data"), "--device", device],
@@ -172,7 +172,7 @@ def engine_bound(options: ServeBenchOptions, log: Callable[[str], None]) -> floa
         if len(frames) == 64:
             break
     src.close()
-    engine = Engine(ModelRepository(ROOT / "configs" / "models"), options.device)
+    engine = Engine(ModelRepository(MODELS_DIR), options.device)
     try:
         engine.load("scenedet")
 

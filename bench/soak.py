@@ -18,7 +18,8 @@ from pathlib import Path
 
 import httpx
 
-ROOT = Path(__file__).resolve().parents[1]
+from vigil.settings import ROOT, SAMPLES_DIR
+
 sys.path.insert(0, str(ROOT / "tests"))
 
 from support.processes import RtspServer, VigilServer, wait_for  # noqa: E402
@@ -27,7 +28,7 @@ from vigil.cli import print_json  # noqa: E402
 
 
 def run(minutes: float, log=print) -> dict:
-    clips = sorted((ROOT / "sample_videos").glob("*.mp4"))
+    clips = sorted(SAMPLES_DIR.glob("*.mp4"))
     cams = [RtspServer(clips[0], mount="north").start(), RtspServer(clips[1], mount="south").start()]
     data = Path(tempfile.mkdtemp(prefix="vigil-soak-")) / "data"
     srv = VigilServer(data).start()

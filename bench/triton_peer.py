@@ -25,8 +25,8 @@ import numpy as np
 
 from bench.launch import Launched, free_ports
 from bench.workload import Pending, Stream, run_trial, search_goodput
+from vigil.settings import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 TRITON_PYTHON = ROOT / ".triton-venv" / "bin" / "python"
 MODEL = "m0"
 START_TIMEOUT_S = 180.0

@@ -10,7 +10,9 @@ from pathlib import Path
 
 import numpy as np
 
-SAMPLE = Path(__file__).resolve().parents[1] / "sample_videos" / "street_a.mp4"
+from vigil.settings import SAMPLES_DIR
+
+SAMPLE = SAMPLES_DIR / "street_a.mp4"
 REPEATS = 3
 
 

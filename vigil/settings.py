@@ -15,8 +15,10 @@ from apps.spec import format_errors
 from engine.share import MAX_SHARE
 from streams.urls import ALL_SCHEMES, DEFAULT_SCHEMES, SourcePolicy
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[1]  # the checkout: its configs and sample videos
 DEFAULT_CONFIG = ROOT / "configs" / "vigil.yaml"
+MODELS_DIR = ROOT / "configs" / "models"
+SAMPLES_DIR = ROOT / "sample_videos"
 
 
 class Limits(BaseModel):
