@@ -14,6 +14,8 @@ $(STAMP): pyproject.toml
 	# Ultralytics' own decode is the reference of tests/engine/test_yolo.py; without its
 	# dependencies (they would bring opencv-python beside the headless build)
 	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps 'ultralytics==$(ULTRALYTICS)'
+	# Roboflow's trackers (apps/tracking.py), likewise: pyproject.toml lists the rest of its dependencies
+	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps 'trackers==$(TRACKERS)'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -26,6 +28,7 @@ demo: $(STAMP)
 # Chromium for the dashboard, OpenCV's sample footage. Installed with apt-get when
 # missing and we are root; otherwise the command to run is printed.
 ULTRALYTICS := 8.4.190
+TRACKERS := 2.6.1
 SYSTEM_PACKAGES := python3-gi gir1.2-gst-rtsp-server-1.0 gstreamer1.0-plugins-base gstreamer1.0-plugins-good \
 	gstreamer1.0-plugins-bad chromium opencv-doc libjemalloc2
 system-deps:

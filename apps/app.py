@@ -142,7 +142,7 @@ class App:
         result.detections = dets
         dets = dets[dets.confidence >= self.spec.min_confidence]
         self.num_detections += int(np.isin(dets.class_id, self._wanted).sum())
-        tracked = self.tracker.update(dets)
+        tracked = self.tracker.update(dets, t_ms)
         events: list[Event] = []
         for tid, cid in zip(tracked.tracker_id, tracked.class_id):
             tid, cid = int(tid), int(cid)

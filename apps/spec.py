@@ -49,6 +49,12 @@ def valid_name(name: Any) -> bool:
     return isinstance(name, str) and NAME_PATTERN.fullmatch(name) is not None
 
 
+def unknown_classes(classes: list[str] | None, detector: str, labels) -> str | None:
+    """What is wrong with an app's `classes` for its detector's labels; None when it knows them all."""
+    unknown = [c for c in classes or [] if c not in labels]
+    return f"classes {unknown} are not labels of {detector!r} ({list(labels)})" if unknown else None
+
+
 def shown(value: Any) -> str:
     """`repr(value)` cut to about MAX_SHOWN_CHARS characters, for error messages."""
     text = repr(value)
@@ -66,6 +72,12 @@ class TrackerOptions(BaseModel):
     min_hits: json_int(ge=1, le=1000) = Field(3, description="consecutive detections before a track is confirmed")
     match_iou: float = Field(0.1, gt=0, lt=1, description="minimum IoU to match a detection to a track")
     activation_confidence: float = Field(0.25, ge=0, le=1, description="confidence to start a track")
+    kind: Literal["bytetrack", "ocsort"] = Field(
+        "ocsort", description="the tracker (Roboflow's `trackers` package): ocsort (OC-SORT, the default: "
+        "corrects its Kalman filter from the detections after an occlusion and weighs motion direction) or "
+        "bytetrack (IoU matching on the filter's boxes, "
+        "with a second pass for low-confidence detections below activation_confidence); both take every "
+        "field above")
 
 
 class SkipOptions(BaseModel):

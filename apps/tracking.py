@@ -1,63 +1,71 @@
-"""Multi-object tracking: ByteTrack from supervision behind one verb, `update`.
+"""Multi-object tracking behind one verb, `update`: ByteTrack or OC-SORT from Roboflow's
+`trackers` package, chosen per app (`tracker.kind` in its spec).
 
-ByteTrack here is class-agnostic; a track's class is the majority vote of the classes
-its detections had, which steadies a detector that wavers between classes.
+Tracking is class-agnostic; a track's class is the majority vote of the classes its
+detections had, which steadies a detector that wavers between classes. Each frame goes
+to the tracker with its stream time, so a lost track is kept `lost_track_s` of stream
+time whatever the app's sampled rate and however many frames were skipped or dropped.
 
-supervision marks its ByteTrack deprecated in favour of the `trackers` package, which
-requires the non-headless `opencv-python` and so cannot sit beside
-`opencv-python-headless<5`; the pin `supervision<0.31` keeps it until that changes.
-This module is the only place that knows.
+OC-SORT is the default: on the street clips its line counts come closer to the ground
+truth than ByteTrack's. As in its paper, every track of its first `min_hits` frames is
+confirmed at once.
+
+`trackers` takes and returns supervision's `Detections`; this module is the only place
+that sees that type, and the arrays pass through it as they are (no copies).
 """
 
 from __future__ import annotations
 
-import warnings
 from collections import Counter
 
 import numpy as np
 import supervision as sv
+from trackers import ByteTrackTracker, OCSORTTracker
 
 from apps.spec import TrackerOptions
 from engine.detections import Detections
+
+
+def _build(options: TrackerOptions, fps: float) -> ByteTrackTracker | OCSORTTracker:
+    # `trackers` counts its lost-track buffer in frames at 30 fps: lost_track_buffer / 30
+    # seconds when it is given timestamps, as here.
+    common = dict(lost_track_buffer=max(1, round(options.lost_track_s * 30)), frame_rate=fps,
+                  minimum_consecutive_frames=options.min_hits, minimum_iou_threshold=options.match_iou,
+                  high_conf_det_threshold=options.activation_confidence)
+    if options.kind == "ocsort":
+        return OCSORTTracker(**common)
+    # one confidence both starts a track and makes a detection "high" in ByteTrack's
+    # first association; the app's min_confidence drops the rest before they get here
+    return ByteTrackTracker(track_activation_threshold=options.activation_confidence, **common)
 
 
 class Tracker:
     def __init__(self, options: TrackerOptions, fps: float) -> None:
         if fps <= 0:
             raise ValueError(f"fps must be > 0; was {fps}")
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", FutureWarning)
-            # supervision scales lost_track_buffer by fps / 30 internally.
-            self._byte = sv.ByteTrack(
-                track_activation_threshold=options.activation_confidence,
-                lost_track_buffer=max(1, int(round(options.lost_track_s * 30))),
-                minimum_matching_threshold=1.0 - options.match_iou,
-                frame_rate=fps,
-                minimum_consecutive_frames=options.min_hits,
-            )
+        self._tracker = _build(options, fps)
         self._votes: dict[int, Counter] = {}
 
-    def update(self, detections: Detections) -> Detections:
+    def update(self, detections: Detections, t_ms: float) -> Detections:
         """Returns the detections that belong to confirmed tracks, with `tracker_id` set
-        and `class_id` replaced by each track's majority class."""
-        sv_in = sv.Detections(xyxy=detections.xyxy.astype(np.float32), confidence=detections.confidence,
-                              class_id=detections.class_id)
-        sv_out = self._byte.update_with_detections(sv_in)
-        if len(sv_out) == 0:
+        and `class_id` replaced by each track's majority class. `t_ms`: the frame's
+        stream time, rising from call to call."""
+        given = sv.Detections(xyxy=detections.xyxy, confidence=detections.confidence, class_id=detections.class_id)
+        out = self._tracker.update(given, timestamp=t_ms / 1000.0)
+        confirmed = np.asarray(out.tracker_id) >= 0
+        if not confirmed.any():
             return Detections.empty()
-        tracker_id = np.asarray(sv_out.tracker_id, np.int64)
-        class_id = np.asarray(sv_out.class_id, np.int64)
-        for tid, cid in zip(tracker_id, class_id):
-            self._votes.setdefault(int(tid), Counter())[int(cid)] += 1
-        voted = np.array([self.track_class(int(t)) for t in tracker_id], np.int64)
-        return Detections(sv_out.xyxy, sv_out.confidence, voted, tracker_id)
+        tracker_id = np.asarray(out.tracker_id[confirmed], np.int64)
+        for tid, cid in zip(tracker_id.tolist(), out.class_id[confirmed].tolist()):
+            self._votes.setdefault(tid, Counter())[cid] += 1
+        voted = np.array([self.track_class(t) for t in tracker_id.tolist()], np.int64)
+        return Detections(out.xyxy[confirmed], out.confidence[confirmed], voted, tracker_id)
 
     def track_class(self, track_id: int) -> int:
         return self._votes[track_id].most_common(1)[0][0]
 
     def forget(self, track_id: int) -> None:
-        """The app ended this track: it must not come back under the same id. ByteTrack
-        keeps a lost track for a number of *updates*, which can outlast the app's
-        lost_track_s of stream time when frames are skipped or dropped."""
+        """The app ended this track: it must not come back under the same id, even when
+        the tracker's own lost-track budget (rounded to its 30 fps frames) is longer."""
         self._votes.pop(track_id, None)
-        self._byte.lost_tracks = [t for t in self._byte.lost_tracks if t.external_track_id != track_id]
+        self._tracker.tracks = [t for t in self._tracker.tracks if t.tracker_id != track_id]

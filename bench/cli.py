@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from vigil.cli import print_json
-from vigil.offline import DEFAULT_REPOSITORY
+from vigil.settings import MODELS_DIR
 
 
 def register(sub) -> None:
@@ -31,7 +31,7 @@ def register(sub) -> None:
     bench.add_argument("--no-ray", action="store_true", help="engine: skip the Ray Serve peer")
     bench.add_argument("--no-triton", action="store_true", help="engine: skip the Triton peer (it runs when "
                        "`make triton-venv` has made .triton-venv)")
-    bench.add_argument("--models", "--models-dir", dest="models_dir", type=Path, default=DEFAULT_REPOSITORY,
+    bench.add_argument("--models", "--models-dir", dest="models_dir", type=Path, default=MODELS_DIR,
                        metavar="DIR", help="llm: model repository holding scene-lm (default: configs/models)")
     bench.add_argument("--trial-s", type=float, default=20.0, metavar="S",
                        help="llm: seconds of arrivals in each trial (default: 20)")

@@ -257,9 +257,9 @@ class Bench:
 
 
     def selection(self) -> dict:
-        from vigil.offline import DEFAULT_REPOSITORY
+        from vigil.settings import MODELS_DIR
 
-        repo = ModelRepository(DEFAULT_REPOSITORY)
+        repo = ModelRepository(MODELS_DIR)
         quality = {v: repo.spec("scenedet", v).quality for v in repo.versions("scenedet")}
         frames = _street_frames(8)
         slo = 500.0

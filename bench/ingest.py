@@ -28,7 +28,8 @@ from engine.detections import Detections
 from engine.device import resolve_device
 from engine.repository import ModelRepository
 from streams.frames import FrameBlock
-from vigil.offline import DEFAULT_REPOSITORY, RunOptions, run_offline
+from vigil.offline import RunOptions, run_offline
+from vigil.settings import MODELS_DIR
 
 
 @dataclass(frozen=True)
@@ -54,7 +55,7 @@ def _vigil(source: str, spec: AppSpec, max_frames: int | None, device: str) -> f
 
 def _naive(source: str, spec: AppSpec, max_frames: int | None, device: str) -> float:
     started = time.perf_counter()
-    repo = ModelRepository(DEFAULT_REPOSITORY)
+    repo = ModelRepository(MODELS_DIR)
     version = repo.versions(spec.detector)[-1]
     model = load_model(repo.spec(spec.detector, version), repo.folder(spec.detector, version), version, device)
     n = 0

@@ -34,10 +34,12 @@ from typing import Callable, Generator
 import numpy as np
 import torch
 
-from llm.engine import EngineConfig, LLMEngine, RequestHandle
+from engine.repository import ModelRepository
+from llm.engine import EngineConfig, LLMEngine
 from llm.facts import caption_prompt
+from llm.requests import RequestHandle
 from llm.sampling import SamplingParams
-from llm.serving import DEFAULT_LLM, latest_version, load_llm
+from llm.serving import DEFAULT_LLM, llm_version, load_llm
 from llm.tokenizer import Tokenizer
 from llm.train_scene_lm import random_facts
 
@@ -221,7 +223,7 @@ def run_llm_bench(opts: LLMBenchOptions, log: Callable[[str], None] = print) -> 
 
     torch.manual_seed(opts.seed)
     n = 16 if opts.quick else opts.num_requests
-    path = latest_version(opts.repository, opts.model)
+    path = llm_version(ModelRepository(opts.repository), opts.model)
     hf = LlamaForCausalLM.from_pretrained(path).to(opts.device).eval()
     tok, pad_id = Tokenizer(path), hf.config.bos_token_id or 0  # the bench only encodes prompts
 

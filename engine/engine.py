@@ -114,9 +114,6 @@ class Engine:
     def ready(self) -> bool:
         return self.manager.loading == 0
 
-    def guest(self, min_share: float):
-        return self.arbiter.guest(min_share)
-
     # -- requests -----------------------------------------------------------------------------------
     def submit(self, request: Request) -> Future:
         return self.submit_many([request])[0]

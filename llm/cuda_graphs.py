@@ -1,7 +1,7 @@
 """Model steps replayed as CUDA graphs.
 
-On a GPU a small model's step is a few hundred microseconds of kernels behind
-milliseconds of Python and kernel launches, so the launches are what limit throughput.
+On a GPU a small model's step is launch-bound: its kernels take less time than the
+Python and the launches that issue them, so the launches are what limit throughput.
 A CUDA graph records the launches of one step once and replays
 them in one call. A graph replays fixed shapes at fixed addresses, so one graph is
 captured per padded number of tokens, over `LlamaModel.forward_static`: the step's
@@ -24,6 +24,7 @@ import time
 
 import torch
 
+from llm.kv_cache import StepInputs
 from llm.model import LlamaModel
 
 log = logging.getLogger("vigil.llm")
@@ -89,10 +90,16 @@ class StepGraphs:
         log.info("captured %d step graphs (tokens %s) in %.2f s", len(self.sizes), self.sizes,
                  time.perf_counter() - t0)
 
-    def run(self, rows: list[list[int]]) -> torch.Tensor:
-        """rows: one per token, (token, position, slot, context length = position + 1,
-        block table...) with tables of at most `max_blocks` entries. Returns logits
-        [len(rows), vocab]."""
+    def run(self, inputs: StepInputs) -> torch.Tensor:
+        """Runs a step of at most `max_tokens` tokens, block tables of at most
+        `max_blocks` entries. Returns the logits of each request's last token this
+        step, [len(inputs.seqs), vocab], as `LlamaModel.forward` does."""
+        rows, last = [], []
+        for seq in inputs.seqs:  # a row per token: (token, position, slot, context length, block table...)
+            for j in range(seq.start, seq.start + seq.num_tokens):
+                p = inputs.positions[j]
+                rows.append([inputs.token_ids[j], p, inputs.slot_mapping[j], p + 1, *seq.block_table])
+            last.append(len(rows) - 1)
         n = len(rows)
         size = next(s for s in self.sizes if s >= n)
         pad = self._padding_row()
@@ -100,7 +107,9 @@ class StepGraphs:
         host = torch.tensor(padded, dtype=torch.int64)
         self.steps += 1
         if not self.capture:
-            return self.model.forward_static(host.to(self.kv.device), self.kv, self.block_size)[:n]
-        self._meta[size].copy_(host, non_blocking=True)
-        self._graphs[size].replay()
-        return self._logits[size][:n]
+            logits = self.model.forward_static(host.to(self.kv.device), self.kv, self.block_size)[:n]
+        else:
+            self._meta[size].copy_(host, non_blocking=True)
+            self._graphs[size].replay()
+            logits = self._logits[size][:n]
+        return logits if len(last) == n else logits[torch.tensor(last, device=logits.device)]

@@ -1,37 +1,40 @@
 """The LLM engine: schedule -> execute -> update, one iteration at a time.
 
-`schedule` (llm/scheduler.py) decides from counters and free blocks; `execute` builds
-one flattened batch of every scheduled request's tokens and runs the model over the
-paged KV cache (on a GPU by replaying a captured CUDA graph, llm/cuda_graphs.py);
-`update` samples a token for every request whose computed tokens reached its end,
-checks stop conditions, streams text, and frees the blocks of finished, aborted and
-preempted requests.
+`schedule` (llm/scheduler.py) decides from counters and free blocks, and the engine
+carries the plan out on the paged KV cache (llm/kv_cache.py); `execute` flattens every
+scheduled request's tokens into one step's inputs (`prepare_inputs`) and runs the model
+over the cache, eagerly or through the padded fixed-shape step that a GPU replays as a
+captured CUDA graph (llm/cuda_graphs.py); `update` samples a token for every request
+whose computed tokens reached its end, checks stop conditions and streams text
+(llm/detokenize.py), and frees the blocks of finished, aborted and preempted requests.
+Request state and the caller's handle are in llm/requests.py.
 
 Requests are added and aborted from any thread; `start()` runs the loop on its own
-thread. When a vision engine shares the device (`vision=`), each step is one turn of
-the vision schedule (`Engine.guest`): it runs in the slack vision deadlines leave,
+thread. When a vision engine shares the device (`arbiter=`, its engine/arbiter.py
+`DeviceArbiter`), each step is one turn the arbiter grants: it runs in the slack vision deadlines leave,
 and is owed `EngineConfig.min_share` of device time under full vision load, so captions
 keep coming. The step cost it declares is the EWMA of its measured steps.
 """
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import logging
-import queue
 import threading
 import time
-from dataclasses import dataclass, field
-from typing import AsyncIterator, Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Callable
 
 import torch
 
 from llm.cuda_graphs import StepGraphs
+from llm.detokenize import check_stop, stream_text
+from llm.kv_cache import BlockPool, blocks_for, new_kv_cache, prepare_inputs
 from llm.metrics import LLMMetrics
-from llm.model import Batch, LlamaModel, SeqBatch, new_kv_cache
+from llm.model import LlamaModel
+from llm.requests import LLMRequest, RequestHandle
 from llm.sampling import SamplingParams, sample
-from llm.scheduler import SchedulerConfig, SeqState, schedule
+from llm.scheduler import SchedulerConfig, schedule
 from llm.tokenizer import Tokenizer
 
 log = logging.getLogger("vigil.llm")
@@ -41,27 +44,6 @@ STEP_COST_ALPHA = 0.2
 
 class EngineFull(Exception):
     """`max_waiting` requests already wait: back-pressure, try again later."""
-
-
-class BlockPool:
-    """Fixed-size KV blocks; a free list. Every block is either free or held by exactly
-    one request (a leak shows as `num_free < num_blocks` with nothing running)."""
-
-    def __init__(self, num_blocks: int) -> None:
-        self.num_blocks = num_blocks
-        self._free = list(range(num_blocks - 1, -1, -1))
-
-    @property
-    def num_free(self) -> int:
-        return len(self._free)
-
-    def allocate(self, n: int) -> list[int]:
-        if n > len(self._free):
-            raise RuntimeError(f"asked for {n} KV blocks with {len(self._free)} free")  # scheduler bug
-        return [self._free.pop() for _ in range(n)]
-
-    def free(self, blocks: list[int]) -> None:
-        self._free.extend(reversed(blocks))
 
 
 @dataclass(frozen=True)
@@ -79,127 +61,16 @@ class EngineConfig:
         return SchedulerConfig(self.block_size, self.max_num_seqs, self.max_step_tokens, self.request_level)
 
 
-@dataclass
-class Output:
-    """One streamed piece: new text and token ids; `finish_reason` on the last."""
-
-    text: str
-    token_ids: list[int]
-    finish_reason: str | None = None
-    error: str | None = None  # with finish_reason "error": what failed
-
-
-@dataclass
-class LLMRequest:
-    request_id: str
-    prompt_ids: list[int]
-    params: SamplingParams
-    priority: int
-    arrival: float
-    output_ids: list[int] = field(default_factory=list)
-    num_computed_tokens: int = 0
-    blocks: list[int] = field(default_factory=list)
-    generator: torch.Generator | None = None
-    text: str = ""  # detokenized output so far (stop strings cut here)
-    prefix_offset: int = 0  # incremental detokenization: output_ids[prefix_offset:read_offset] were
-    read_offset: int = 0  # decoded last time, as the context for the next piece
-    sent: int = 0  # characters of `text` already streamed
-    finish_reason: str | None = None
-    error: str | None = None
-    first_token_s: float | None = None
-    last_token_s: float | None = None
-    num_preemptions: int = 0
-    outputs: "queue.Queue[Output]" = field(default_factory=queue.Queue)
-    stream: bool = True  # text pieces as they are generated; else one piece at the end
-    waker: Callable[[], None] | None = None  # called (on the engine's thread) after each output
-
-    def token_ids(self, start: int, n: int) -> list[int]:
-        """Tokens start .. start+n-1 of prompt + output, without copying the whole
-        sequence (a decode step asks each request for one token)."""
-        prompt = len(self.prompt_ids)
-        if start >= prompt:
-            return self.output_ids[start - prompt:start - prompt + n]
-        return self.prompt_ids[start:start + n] + self.output_ids[:max(0, start + n - prompt)]
-
-    def slot(self, position: int, block_size: int) -> int:
-        """The KV cache slot of a position: its block's place in the pool, then its offset."""
-        return self.blocks[position // block_size] * block_size + position % block_size
-
-    @property
-    def num_tokens(self) -> int:
-        return len(self.prompt_ids) + len(self.output_ids)
-
-    def state(self) -> SeqState:
-        return SeqState(self.request_id, self.num_tokens, self.num_computed_tokens, len(self.blocks), self.priority,
-                        self.arrival)
-
-
-class RequestHandle:
-    """What `add_request` returns: iterate for streamed outputs, or `result()`."""
-
-    def __init__(self, engine: "LLMEngine", request: LLMRequest) -> None:
-        self.engine = engine
-        self.request = request
-
-    @property
-    def request_id(self) -> str:
-        return self.request.request_id
-
-    def stream(self, timeout_s: float | None = None) -> Iterator[Output]:
-        while True:
-            out = self.request.outputs.get(timeout=timeout_s)
-            yield out
-            if out.finish_reason is not None:
-                return
-
-    def result(self, timeout_s: float | None = None) -> Output:
-        return _joined(self.stream(timeout_s))
-
-    async def astream(self, timeout_s: float | None = None) -> AsyncIterator[Output]:
-        """`stream()` for an event loop: waits without holding a thread."""
-        loop = asyncio.get_running_loop()
-        ready = asyncio.Event()
-        self.request.waker = lambda: loop.call_soon_threadsafe(ready.set)
-        try:
-            while True:
-                try:
-                    out = self.request.outputs.get_nowait()
-                except queue.Empty:
-                    ready.clear()
-                    if self.request.outputs.empty():  # an output put since the check wakes the wait
-                        await asyncio.wait_for(ready.wait(), timeout_s)
-                    continue
-                yield out
-                if out.finish_reason is not None:
-                    return
-        finally:
-            self.request.waker = None  # the waiter is gone (perhaps its loop with it)
-
-    async def aresult(self, timeout_s: float | None = None) -> Output:
-        return _joined([out async for out in self.astream(timeout_s)])
-
-    def cancel(self) -> None:
-        self.engine.abort(self.request_id)
-
-
-def _joined(outputs: Iterable[Output]) -> Output:
-    text, ids, last = [], [], Output("", [])
-    for last in outputs:
-        text.append(last.text)
-        ids += last.token_ids
-    return Output("".join(text), ids, last.finish_reason, last.error)
-
-
 class LLMEngine:
     def __init__(self, model: LlamaModel, tokenizer: Tokenizer, config: EngineConfig | None = None,
-                 name: str = "llm", clock: Callable[[], float] = time.monotonic, vision=None,
+                 name: str = "llm", clock: Callable[[], float] = time.monotonic, arbiter=None,
                  metrics: LLMMetrics | None = None) -> None:
         self.model = model
         self.tokenizer = tokenizer
         self.config = config or EngineConfig()
         self.name = name
         self.clock = clock
-        self.vision = vision
+        self.arbiter = arbiter  # engine.arbiter.DeviceArbiter of a shared device, or None
         self.metrics = metrics or LLMMetrics()
         device = model.embed_tokens.weight.device
         # one block more than the pool hands out: scratch for the padding rows of a captured step
@@ -227,8 +98,8 @@ class LLMEngine:
         """Run steps through the padded fixed-shape step (llm/cuda_graphs.py), captured
         as CUDA graphs when `capture`; uncaptured, the tests check its tokens on a CPU."""
         bs = self.config.block_size
-        self.graphs = StepGraphs(self.model, self.kv, bs, -(-self.max_model_len // bs), self.config.max_step_tokens,
-                                 scratch_block=self.config.num_blocks, capture=capture)
+        self.graphs = StepGraphs(self.model, self.kv, bs, blocks_for(self.max_model_len, bs),
+                                 self.config.max_step_tokens, scratch_block=self.config.num_blocks, capture=capture)
 
     # -- requests -----------------------------------------------------------------------------------
     def add_request(self, prompt: str | list[int], params: SamplingParams | None = None, priority: int = 0,
@@ -306,12 +177,12 @@ class LLMEngine:
 
     def _steps_while_busy(self) -> None:
         """Step until there is no work; on a device shared with vision, each step is a
-        turn the vision schedule grants (`Engine.guest`)."""
-        if self.vision is None:
+        turn the device arbiter grants."""
+        if self.arbiter is None:
             while self._busy():
                 self.step()
             return
-        with self.vision.guest(self.config.min_share) as device:
+        with self.arbiter.guest(self.config.min_share) as device:
             while self._busy():
                 with device.turn(self.step_ms):
                     started = time.perf_counter()
@@ -324,20 +195,11 @@ class LLMEngine:
             return self._has_work() and not (self._closing and not (self.waiting or self.running))
 
     def step(self) -> list[LLMRequest]:
-        """One iteration; returns the requests that finished in it."""
+        """One iteration: schedule -> execute -> update; returns the requests that
+        finished in it. The model runs outside the lock: requests are added and aborted
+        meanwhile, and take effect at the next step."""
         with self._cond:
-            self._reap_aborted()
-            plan = schedule([r.state() for r in self.running.values()], [r.state() for r in self.waiting.values()],
-                            self.pool.num_free, self.config.scheduler())
-            for rid in plan.preempted:
-                self._preempt(self.running.pop(rid))
-            for rid in plan.admitted:
-                self.running[rid] = self.waiting.pop(rid)
-            for rid, n in plan.new_blocks.items():
-                req = self.running[rid]
-                req.blocks += self.pool.allocate(n)
-            scheduled = [(self.running[rid], n) for rid, n in plan.scheduled.items()]
-            self._report()
+            scheduled = self._schedule()
         if not scheduled:
             return []
         logits = self._execute(scheduled)
@@ -347,28 +209,28 @@ class LLMEngine:
             self._report()
         return finished
 
+    def _schedule(self) -> list[tuple[LLMRequest, int]]:
+        """Decides this step (llm/scheduler.py) and carries the plan out: preempts,
+        admits, allocates blocks. Returns (request, tokens it computes) in plan order."""
+        self._reap_aborted()
+        plan = schedule([r.state() for r in self.running.values()], [r.state() for r in self.waiting.values()],
+                        self.pool.num_free, self.config.scheduler())
+        for rid in plan.preempted:
+            self._preempt(self.running.pop(rid))
+        for rid in plan.admitted:
+            self.running[rid] = self.waiting.pop(rid)
+        for rid, n in plan.new_blocks.items():
+            req = self.running[rid]
+            req.blocks += self.pool.allocate(n)
+        self._report()
+        return [(self.running[rid], n) for rid, n in plan.scheduled.items()]
+
     def _execute(self, scheduled: list[tuple[LLMRequest, int]]) -> torch.Tensor:
-        bs = self.config.block_size
-        if self.graphs is not None and sum(n for _, n in scheduled) <= self.graphs.max_tokens:
-            rows, last = [], []
-            for req, n in scheduled:  # a row per token: (token, position, slot, context length, block table...)
-                for p, token in enumerate(req.token_ids(req.num_computed_tokens, n), req.num_computed_tokens):
-                    rows.append([token, p, req.slot(p, bs), p + 1, *req.blocks])
-                last.append(len(rows) - 1)
-            logits = self.graphs.run(rows)
-            return logits if len(last) == len(rows) else logits[torch.tensor(last, device=logits.device)]
-        tokens, positions, slots, seqs = [], [], [], []
-        for req, n in scheduled:
-            start = req.num_computed_tokens
-            seqs.append(SeqBatch(len(tokens), n, start + n, list(req.blocks)))
-            tokens += req.token_ids(start, n)
-            for p in range(start, start + n):
-                positions.append(p)
-                slots.append(req.slot(p, bs))
-        device = self.kv.device
-        batch = Batch(torch.tensor(tokens, device=device), torch.tensor(positions, device=device), seqs,
-                      torch.tensor(slots, device=device), bs)
-        return self.model(batch, self.kv)
+        """The logits of each scheduled request's last token this step: [len(scheduled), vocab]."""
+        inputs = prepare_inputs(scheduled, self.config.block_size)
+        if self.graphs is not None and inputs.num_tokens <= self.graphs.max_tokens:
+            return self.graphs.run(inputs)
+        return self.model(inputs.batch(self.config.block_size, self.kv.device), self.kv)
 
     def _update(self, scheduled: list[tuple[LLMRequest, int]], logits: torch.Tensor) -> list[LLMRequest]:
         finished = []
@@ -394,59 +256,14 @@ class LLMEngine:
             else:
                 self.metrics.itl.observe(now - req.last_token_s)
             req.last_token_s = now
-            reason = self._check_stop(req, token)
+            reason = check_stop(req, token, self.tokenizer)
             if reason is not None:
                 self._finish(req, reason)
                 finished.append(req)
             elif req.stream:
-                self._stream(req)
+                stream_text(req)
         self.metrics.generation_tokens.inc(generated)
         return finished
-
-    def _check_stop(self, req: LLMRequest, token: int) -> str | None:
-        p = req.params
-        seen = len(req.text)
-        if req.stream or p.stop:  # the text as it grows: pieces to stream, stop strings to find
-            self._detokenize(req)  # (two decodes and a queued piece a token: 180 of the 295 us
-            # a 32-request step spent here on a 2-core CPU, where a graphed GPU step is ~1 ms)
-        if not p.ignore_eos and token in self.tokenizer.eos_ids:
-            req.output_ids.pop()  # the end marker is not part of the answer
-            req.text = self.tokenizer.decode(req.output_ids)
-            return "stop"
-        for s in p.stop:
-            cut = req.text.find(s, max(0, seen - len(s) + 1))  # one ending in the new text
-            if cut >= 0:
-                req.text = req.text[:cut]
-                return "stop"
-        if len(req.output_ids) >= p.max_tokens:
-            req.text = self.tokenizer.decode(req.output_ids)  # with any character still incomplete
-            return "length"
-        return None
-
-    def _detokenize(self, req: LLMRequest) -> None:
-        """Appends the new token's text, decoding only the tokens since the last piece
-        (decoding the whole output at every token is quadratic in its length). The
-        previous piece's tokens are decoded with it, so a decoder that depends on the
-        token before (a word-start marker, a multi-byte character) comes out the same as
-        decoding everything; a trailing incomplete character waits for the next token."""
-        ids = req.output_ids
-        before = self.tokenizer.decode(ids[req.prefix_offset:req.read_offset])
-        after = self.tokenizer.decode(ids[req.prefix_offset:])
-        if len(after) > len(before) and not after.endswith("\ufffd"):
-            req.text += after[len(before):]
-            req.prefix_offset, req.read_offset = req.read_offset, len(ids)
-
-    def _stream(self, req: LLMRequest, final: str | None = None) -> None:
-        # hold back text that could be the start of a stop string
-        hold = 0 if final else max((len(s) - 1 for s in req.params.stop), default=0)
-        upto = max(req.sent, len(req.text) - hold)
-        if final is None and upto <= req.sent:
-            return
-        piece = req.text[req.sent:upto]
-        req.sent = upto
-        req.outputs.put(Output(piece, [], final, req.error if final else None))
-        if req.waker is not None:
-            req.waker()
 
     def _finish(self, req: LLMRequest, reason: str, error: str | None = None) -> None:
         req.finish_reason = reason
@@ -455,7 +272,7 @@ class LLMEngine:
         self.waiting.pop(req.request_id, None)
         self.pool.free(req.blocks)
         req.blocks = []
-        self._stream(req, final=reason)
+        stream_text(req, final=reason)
         self.metrics.finished(reason, self.clock() - req.arrival, len(req.prompt_ids), len(req.output_ids))
 
     def _preempt(self, req: LLMRequest) -> None:

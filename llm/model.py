@@ -492,9 +492,3 @@ def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: Layer, con
                                          enable_gqa=layer.num_heads != layer.num_kv)
     return out.transpose(0, 1)
 
-
-def new_kv_cache(cfg: LlamaConfig, num_blocks: int, block_size: int, device: str = "cpu") -> torch.Tensor:
-    """[layers, 2, num_blocks, kv_heads, block_size, head_dim] float32, zeroed: a block
-    holds each kv head's keys (or values) as one contiguous [block_size, head_dim] tile."""
-    return torch.zeros(cfg.num_hidden_layers, 2, num_blocks, cfg.num_key_value_heads, block_size, cfg.head_dim,
-                       device=device)

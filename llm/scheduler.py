@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from llm.kv_cache import blocks_for
+
 
 @dataclass(frozen=True)
 class SchedulerConfig:
@@ -55,10 +57,6 @@ class StepPlan:
     @property
     def num_tokens(self) -> int:
         return sum(self.scheduled.values())
-
-
-def blocks_for(num_tokens: int, block_size: int) -> int:
-    return -(-num_tokens // block_size)
 
 
 def _rank(s: SeqState) -> tuple:

@@ -1,189 +1,46 @@
-"""LLM models of the repository and the OpenAI-compatible request handling that the
-REST routes and the CLI share.
+"""Loading an LLM of the model repository into an `LLMEngine`.
 
 An LLM model is a folder `configs/models/<name>/<version>/` in Hugging Face format
-(`config.json`, `*.safetensors`, `tokenizer.json`); the latest version is served.
+(`config.json`, `*.safetensors`, `tokenizer.json`). Which version is served follows the
+model's version policy in `<name>/model_config.yaml` (engine/repository.py), as for
+vision models: the newest of the versions it selects (one engine serves one version).
+The OpenAI protocol over it lives in the server (vigil/openai_protocol.py).
 """
 
 from __future__ import annotations
 
-import time
-import uuid
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, AsyncIterator, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
-
-from llm.engine import EngineConfig, LLMEngine, Output, RequestHandle
+from engine.repository import ModelRepository
+from llm.engine import EngineConfig, LLMEngine
 from llm.model import LlamaModel
-from llm.sampling import SamplingParams
 from llm.tokenizer import Tokenizer
-from streams.numbers import json_int
 
 DEFAULT_LLM = "scene-lm"
+# what makes a version folder an LLM's (it has no model.yaml: the checkpoint describes itself)
+LLM_FILES = ("config.json", "tokenizer.json")
 
 
-def latest_version(root: Path, name: str) -> Path:
-    """The folder of a model's newest version in the repository (`root/name/N/`)."""
-    folder = Path(root) / name
-    complete = [v for v in folder.iterdir() if v.is_dir() and v.name.isdigit()
-                and (v / "config.json").exists() and (v / "tokenizer.json").exists()] if folder.is_dir() else []
-    versions = sorted(int(v.name) for v in complete)
-    if not versions:
+def llm_version(repository: ModelRepository, name: str) -> Path:
+    """The folder of the version of LLM `name` to serve: the newest of the complete
+    versions on disk that the model's version policy selects."""
+    folder = repository.root / name
+    on_disk = sorted(int(v.name) for v in folder.iterdir() if v.is_dir() and v.name.isdigit()
+                     and all((v / f).exists() for f in LLM_FILES)) if folder.is_dir() else []
+    if not on_disk:
         raise FileNotFoundError(f"{folder}: no LLM versions (a folder N/ with config.json, *.safetensors and "
                                 "tokenizer.json)")
-    return folder / str(versions[-1])
+    selected = repository.config(name).version_policy.select(on_disk)
+    if not selected:
+        raise FileNotFoundError(f"{folder / 'model_config.yaml'}: version_policy selects none of the versions on "
+                                f"disk ({on_disk})")
+    return repository.folder(name, selected[-1])
 
 
-def load_llm(root: Path, name: str, device: str = "cpu", config: EngineConfig | None = None, vision=None,
+def load_llm(root: Path, name: str, device: str = "cpu", config: EngineConfig | None = None, arbiter=None,
              metrics=None) -> LLMEngine:
-    path = latest_version(root, name)
+    """The engine of LLM `name` of the repository at `root` (not started)."""
+    path = llm_version(ModelRepository(root), name)
     model = LlamaModel.from_pretrained(path, device)
     tok = Tokenizer(path, eos_ids=model.cfg.eos_ids)
-    return LLMEngine(model, tok, config, name=name, vision=vision, metrics=metrics)
-
-
-class RequestError(ValueError):
-    """A malformed OpenAI-style request; the message names the field."""
-
-
-class GenerationFailed(RuntimeError):
-    """The engine failed this request (not the client's mistake); the message says why."""
-
-
-# -- the protocol: OpenAI's request bodies, with the bounds this server enforces ----------------------
-MAX_TOKENS = 65_536  # beyond any context served here; the context itself is checked on admission
-
-
-class StreamingOptions(BaseModel):
-    model_config = ConfigDict(extra="ignore", strict=True)
-
-    include_usage: bool = False
-
-
-class SamplingFields(BaseModel):
-    # strict: `"stream": "yes"` or `"seed": "12"` is a mistake to report, not to guess at
-    model_config = ConfigDict(extra="ignore", strict=True, allow_inf_nan=False)
-
-    model: str | None = Field(None, max_length=256)
-    max_tokens: json_int(ge=1, le=MAX_TOKENS) | None = Field(None, description="default 64")
-    max_completion_tokens: json_int(ge=1, le=MAX_TOKENS) | None = Field(None, description="max_tokens' newer name")
-    temperature: float | None = Field(None, ge=0, le=2, description="0: greedy; default 1")
-    top_p: float | None = Field(None, gt=0, le=1)
-    seed: json_int(ge=0, le=2**53 - 1) | None = Field(None, description="at most 2**53 - 1, exact in every JSON client")
-    stop: Annotated[str, Field(min_length=1, max_length=256)] | \
-        list[Annotated[str, Field(min_length=1, max_length=256)]] | None = Field(None, max_length=8)
-    stream: bool = False
-    stream_options: StreamingOptions | None = None
-    n: json_int(ge=1, le=1) = Field(1, description="only 1")
-    ignore_eos: bool = False
-
-
-class CompletionRequest(SamplingFields):
-    prompt: Annotated[str, Field(min_length=1)] | Annotated[list[Annotated[str, Field(min_length=1)]],
-                                                            Field(min_length=1, max_length=1)] | \
-        Annotated[list[json_int(ge=0, le=2**31)], Field(min_length=1)] = Field(
-            description="a string (or a list of one string, or of token ids), at most limits.max_prompt_chars "
-                        "characters")
-
-
-class ChatMessage(BaseModel):
-    model_config = ConfigDict(extra="ignore", strict=True)
-
-    role: Literal["system", "user", "assistant"]
-    content: str
-
-
-class ChatCompletionRequest(SamplingFields):
-    messages: list[ChatMessage] = Field(min_length=1, max_length=256)
-
-
-@dataclass(frozen=True)
-class Completion:
-    handle: RequestHandle
-    model: str
-    kind: str  # "text_completion" | "chat.completion"
-    request_id: str
-    created: int
-
-
-def sampling_from(body: SamplingFields) -> SamplingParams:
-    stop = (body.stop,) if isinstance(body.stop, str) else tuple(body.stop or ())
-    max_tokens = body.max_completion_tokens if body.max_tokens is None else body.max_tokens
-    return SamplingParams(max_tokens=64 if max_tokens is None else max_tokens,
-                          temperature=1.0 if body.temperature is None else body.temperature,
-                          top_p=1.0 if body.top_p is None else body.top_p, seed=body.seed, stop=stop,
-                          ignore_eos=body.ignore_eos)
-
-
-def start(engine: LLMEngine, body: CompletionRequest | ChatCompletionRequest, max_prompt_chars: int,
-          priority: int = 5) -> Completion:
-    """Admit a request; RequestError names a field, EngineFull means come back later."""
-    from llm.chat import TemplateError
-
-    chat = isinstance(body, ChatCompletionRequest)
-    if chat:
-        size = sum(len(m.content) for m in body.messages)  # before any template renders them
-        if size > max_prompt_chars:
-            raise RequestError(f"messages: at most {max_prompt_chars} characters (limits.max_prompt_chars); "
-                               f"was {size}")
-        try:
-            prompt = engine.tokenizer.chat([m.model_dump() for m in body.messages])
-        except TemplateError as exc:
-            raise RequestError(f"messages: {exc}") from None
-    else:
-        prompt = body.prompt[0] if isinstance(body.prompt, list) and isinstance(body.prompt[0], str) else body.prompt
-        size = len(prompt)  # characters of text, or token ids
-        if size > max_prompt_chars:
-            raise RequestError(f"prompt: at most {max_prompt_chars} characters (limits.max_prompt_chars); "
-                               f"was {size}")
-    try:
-        handle = engine.add_request(prompt, sampling_from(body), priority=priority, stream=body.stream)
-    except ValueError as exc:
-        raise RequestError(str(exc)) from None
-    return Completion(handle, engine.name, "chat.completion" if chat else "text_completion",
-                      f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:24]}", int(time.time()))
-
-
-def _usage(c: Completion) -> dict:
-    r = c.handle.request
-    return {"prompt_tokens": len(r.prompt_ids), "completion_tokens": len(r.output_ids),
-            "total_tokens": len(r.prompt_ids) + len(r.output_ids)}
-
-
-def _reason(reason: str | None) -> str | None:
-    return "stop" if reason == "abort" else reason
-
-
-def response(c: Completion, out: Output) -> dict:
-    """The whole answer to a request that was not streamed."""
-    if out.finish_reason == "error":
-        raise GenerationFailed(f"generation failed: {out.error}")
-    choice = {"index": 0, "finish_reason": _reason(out.finish_reason)}
-    if c.kind == "chat.completion":
-        choice["message"] = {"role": "assistant", "content": out.text}
-    else:
-        choice.update(text=out.text, logprobs=None)
-    return {"id": c.request_id, "object": c.kind, "created": c.created, "model": c.model, "choices": [choice],
-            "usage": _usage(c)}
-
-
-async def chunks(c: Completion, include_usage: bool = False, timeout_s: float = 600.0) -> AsyncIterator[dict]:
-    """The pieces of a streamed answer; a failure ends it with an `error` piece."""
-    chat = c.kind == "chat.completion"
-    kind = "chat.completion.chunk" if chat else "text_completion"
-    base = {"id": c.request_id, "object": kind, "created": c.created, "model": c.model}
-    if chat:
-        yield {**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]}
-    async for out in c.handle.astream(timeout_s):
-        if out.finish_reason == "error":
-            yield {"error": {"message": f"generation failed: {out.error}", "type": "server_error", "code": 500}}
-            return
-        if out.text or out.finish_reason:
-            delta = {"content": out.text} if out.text else {}
-            choice = {"index": 0, "finish_reason": _reason(out.finish_reason)}
-            choice.update({"delta": delta} if chat else {"text": out.text, "logprobs": None})
-            yield {**base, "choices": [choice]}
-    if include_usage:
-        yield {**base, "choices": [], "usage": _usage(c)}
+    return LLMEngine(model, tok, config, name=name, arbiter=arbiter, metrics=metrics)

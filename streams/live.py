@@ -1,9 +1,10 @@
 """Managed streams for the server: sources that reconnect, report status and never stop
 the process.
 
-A `ManagedStream` owns one decoder thread. For a live source (`rtsp://`, `http(s)://`,
-`/dev/videoN`) the thread loops forever: open (with a timeout) -> decode into a
-drop-oldest buffer -> on any failure or end of stream, wait an exponential backoff
+A `ManagedStream` owns one decoder thread and one bounded buffer; the thread builds each
+`Frame` once and the stream's worker takes them from the buffer. For a live source
+(`rtsp://`, `http(s)://`, `/dev/videoN`) the thread loops forever: open (with a
+timeout) -> decode into a drop-oldest buffer -> on any failure or end of stream, wait an exponential backoff
 with jitter and open again. Frames of a live source carry wall-clock capture times
 (`pts_ms` is epoch milliseconds), so events are stamped in real time; a gap between the
 last frame before a failure and the first after it is counted and reported.
@@ -34,7 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from streams.blocks import FrameSampler
 from streams.frames import Frame
 from streams.numbers import json_int
-from streams.source import SourceError, SourceOptions, is_transient, monotonic_ms, open_source
+from streams.source import SourceError, is_transient, monotonic_ms, open_video, video_stream
 from streams.urls import ffmpeg_options, is_live_url, redact_url, scheme_of, scrub
 
 log = logging.getLogger("vigil.streams")
@@ -271,12 +272,8 @@ class ManagedStream:
         except av.error.FFmpegError as exc:
             raise SourceError(f"{self.redacted}: cannot open: {_reason(exc)}", is_transient(exc)) from None
         try:
-            if not container.streams.video:
-                raise SourceError(f"{self.redacted}: has no video stream")
-            stream = container.streams.video[0]
-            stream.thread_type = "SLICE"
-            rate = stream.average_rate or stream.guessed_rate
-            self._set(width=stream.codec_context.width or None, fps=float(rate) if rate else None)
+            stream, fps = video_stream(container, self.redacted)
+            self._set(width=stream.codec_context.width or None, fps=fps or None)
             try:
                 for packet in container.demux(stream):
                     if self._stop.is_set():
@@ -300,31 +297,38 @@ class ManagedStream:
             container.close()
 
     def _file_session(self) -> Iterator[Frame]:
-        src = open_source(self.url, self.name, SourceOptions(max_buffer_frames=4), clock=self.clock)
+        """One pass over a file, decoded on this thread straight into the stream's buffer
+        (no second thread nor queue between them), paced at the clip's frame rate when
+        `realtime`."""
+        video = open_video(self.url)
         # a new pass over the file starts its times again: a new filter at the same rate
         self._demand = None if self._demand_fps is None else FrameSampler(self._demand_fps)
-        src.keep = self._wanted
-        info = src.info
+        video.keep = self._wanted
+        info = video.info
         self._set(width=info.width, height=info.height, fps=info.fps)
         frame_ms = 1000.0 / info.fps if info.fps > 0 else 0.0
         start_clock = self.clock()
         offset_ms = self._pass_start_ms  # a looped file's time keeps rising
         first_pts = None
+        decoded = video.decode()
         try:
-            for f in src.frames():
+            for pts_ms, image in decoded:
                 if self._stop.is_set():
                     return
-                first_pts = f.pts_ms if first_pts is None else first_pts
+                first_pts = pts_ms if first_pts is None else first_pts
                 if self.options.realtime and frame_ms:
-                    delay = start_clock + (f.pts_ms - first_pts) - self.clock()
+                    delay = start_clock + (pts_ms - first_pts) - self.clock()
                     if delay > 0:
                         self._stop.wait(delay / 1000.0)
                     elif delay < -1000.0:  # held up (back-pressure): go on from now, no burst
                         start_clock -= delay
-                yield self._frame(offset_ms + f.pts_ms, f.image)
+                yield self._frame(offset_ms + pts_ms, image)
         finally:
-            self._pass_start_ms = offset_ms + (src.frames_decoded + src.frames_skipped) * frame_ms
-            src.close()
+            self._pass_start_ms = offset_ms + (video.frames_decoded + video.frames_skipped) * frame_ms
+            decoded.close()
+            video.close()
+            with self._lock:
+                self.stats.decode_errors += video.decode_errors
 
     def _frame(self, pts_ms: float, image: np.ndarray) -> Frame:
         frame = Frame(self.name, self._next_frame_id, pts_ms, self.clock(), image)

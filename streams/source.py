@@ -1,11 +1,14 @@
-"""Sources: one decoder per stream, on its own thread, feeding a bounded buffer.
+"""Sources: one decoder per stream, feeding a bounded buffer.
 
-`open_source(url)` picks the source from the URL: a file path (or `file://`), or
+`open_video(url)` opens a file path (or `file://`) or
 `synthetic://PRESET?seed=S&duration=D&fps=F&size=WxH&density=X` (a clip rendered on the
-fly by `sample_videos`). Live schemes (`rtsp://`, `http(s)://`, `/dev/videoN`) are
-`vigil serve`'s (streams/live.py) and refused here with a clear error. A file opens
-under FFmpeg's whitelists for files (streams/urls.py): the file protocol, video
-containers only.
+fly by `sample_videos`) as a `Video`: one pass over its frames, decoded on the caller's
+thread. `open_source(url)` puts a `Video` on a decoder thread of its own behind a bounded
+buffer (`vigil run`); `vigil serve` decodes on its stream's thread (streams/live.py),
+which also owns the live schemes (`rtsp://`, `http(s)://`, `/dev/videoN`): they need
+reconnects and a drop-oldest buffer, so they are refused here with a clear error. A
+file opens under FFmpeg's whitelists for files (streams/urls.py): the file protocol,
+video containers only.
 
 The buffer applies back-pressure: a file is decoded only as fast as the pipeline
 consumes it. Failures travel through the buffer in order, so every frame decoded before
@@ -17,6 +20,7 @@ from __future__ import annotations
 import errno
 import queue
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator, Protocol
@@ -27,7 +31,7 @@ import numpy as np
 
 from streams.clock import Clock, monotonic_ms
 from streams.frames import Frame
-from streams.urls import ALL_SCHEMES, ffmpeg_options, redact_url, scheme_of
+from streams.urls import ALL_SCHEMES, ffmpeg_options, file_path, redact_url, scheme_of
 
 
 class SourceError(Exception):
@@ -52,6 +56,10 @@ class SourceOptions:
     max_buffer_frames: int = 32
     # consecutive undecodable packets tolerated (and counted) before giving up
     max_consecutive_errors: int = 25
+    # deliver each frame when a camera would have captured it (the first one now, the
+    # others at their presentation times after it), stamped with that time: a consumer
+    # that falls behind sees its frames age as a live stream's would
+    realtime: bool = False
 
     def __post_init__(self) -> None:
         if self.max_buffer_frames < 1:
@@ -78,114 +86,69 @@ class Source(Protocol):
     def close(self) -> None: ...
 
 
-_END = object()
+def video_stream(container, shown: str):
+    """The container's first video stream, set to slice threading, and its frame rate
+    (0.0 when the container does not say). Slice threading, not frame threading: frame
+    threads hold frames in flight that are lost when the input breaks off mid-stream."""
+    if not container.streams.video:
+        raise SourceError(f"{shown}: has no video stream")
+    stream = container.streams.video[0]
+    stream.thread_type = "SLICE"
+    rate = stream.average_rate or stream.guessed_rate
+    return stream, float(rate) if rate else 0.0
 
 
-@dataclass(frozen=True)
-class _Failure:
-    error: SourceError
+class Video:
+    """One pass over a file or a rendered clip: `decode()` yields (pts_ms, [H, W, 3]
+    uint8 RGB) in order on the caller's thread and raises SourceError on failure.
+    `keep(pts_ms)` false: the frame is decoded (the codec needs it) but never converted
+    to RGB nor yielded (a stream's demand, streams/live.py), and counted as skipped."""
 
-
-class ThreadedSource:
-    """Runs `_decode()` on a daemon thread; `frames()` reads the bounded buffer."""
-
-    def __init__(self, stream_id: str, info: SourceInfo, options: SourceOptions,
-                 clock: Clock = monotonic_ms) -> None:
-        self.stream_id = stream_id
+    def __init__(self, info: SourceInfo) -> None:
         self.info = info
-        self.options = options
-        self.clock = clock
-        self.frames_decoded = 0
-        self.decode_errors = 0
-        self._buffer: queue.Queue = queue.Queue(maxsize=options.max_buffer_frames)
-        self._closed = threading.Event()
-        self._thread: threading.Thread | None = None
-        # pts_ms -> whether the frame is wanted: one that is not is decoded (the codec
-        # needs it) but never converted to RGB nor delivered (a stream's demand, below)
         self.keep: Callable[[float], bool] | None = None
+        self.frames_decoded = 0  # yielded
         self.frames_skipped = 0
+        self.decode_errors = 0
 
-    def _decode(self) -> Iterator[tuple[float, np.ndarray]]:
-        """Yields (pts_ms, [H, W, 3] uint8 RGB); raises SourceError on failure."""
+    def decode(self) -> Iterator[tuple[float, np.ndarray]]:
         raise NotImplementedError
 
-    def _run(self) -> None:
-        try:
-            for item in self._decode():
-                self.frames_decoded += 1
-                if not self._put(item):
-                    return
-            self._put(_END)
-        except SourceError as exc:
-            self._put(_Failure(exc))
-        except Exception as exc:  # a decoder bug must still end the stream cleanly
-            self._put(_Failure(SourceError(f"{self.info.url}: {type(exc).__name__}: {exc}")))
-
-    def _put(self, item: object) -> bool:
-        while not self._closed.is_set():
-            try:
-                self._buffer.put(item, timeout=0.1)
-                return True
-            except queue.Full:
-                continue
+    def _wanted(self, pts_ms: float) -> bool:
+        if self.keep is None or self.keep(pts_ms):
+            self.frames_decoded += 1
+            return True
+        self.frames_skipped += 1
         return False
 
-    def frames(self) -> Iterator[Frame]:
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name=f"decode-{self.stream_id}", daemon=True)
-            self._thread.start()
-        frame_id = 0
-        try:
-            while True:
-                item = self._buffer.get()
-                if item is _END:
-                    return
-                if isinstance(item, _Failure):
-                    raise item.error
-                pts_ms, image = item
-                # A file has no capture time of its own: it is captured when the
-                # pipeline takes it, so buffering ahead does not count as latency.
-                yield Frame(self.stream_id, frame_id, pts_ms, self.clock(), image)
-                frame_id += 1
-        finally:
-            self.close()
-
     def close(self) -> None:
-        self._closed.set()
+        """Idempotent; call it from the thread that decodes."""
 
 
-class FileSource(ThreadedSource):
-    def __init__(self, path: Path, stream_id: str, options: SourceOptions, clock: Clock = monotonic_ms) -> None:
+class FileVideo(Video):
+    def __init__(self, path: Path, options: SourceOptions) -> None:
         self.path = path
+        self.options = options
         if not path.exists():
             raise SourceError(f"{path}: no such file")
         if path.is_dir():
             raise SourceError(f"{path}: is a directory, not a video file")
-        container = _open_container(path)
+        self._container = _open_container(path)
         try:
-            if not container.streams.video:
-                raise SourceError(f"{path}: has no video stream")
-            stream = container.streams.video[0]
-            rate = stream.average_rate or stream.guessed_rate
-            fps = float(rate) if rate else 0.0
-            if stream.codec_context.width <= 0 or fps <= 0:
+            self._stream, fps = video_stream(self._container, str(path))
+            width, height = self._stream.codec_context.width, self._stream.codec_context.height
+            if width <= 0 or fps <= 0:
                 raise SourceError(f"{path}: video stream has no usable size or frame rate")
-            info = SourceInfo(str(path), stream.codec_context.width, stream.codec_context.height, fps,
-                              stream.frames or None, live=False)
-        finally:
-            container.close()
-        super().__init__(stream_id, info, options, clock)
+        except BaseException:
+            self.close()
+            raise
+        super().__init__(SourceInfo(str(path), width, height, fps, self._stream.frames or None, live=False))
 
-    def _decode(self) -> Iterator[tuple[float, np.ndarray]]:
-        container = _open_container(self.path)
+    def decode(self) -> Iterator[tuple[float, np.ndarray]]:
+        consecutive, last_error, count = 0, "", 0
+        last_pts_ms = -1.0
         try:
-            stream = container.streams.video[0]
-            # Slice threading (PyAV's default), not frame threading: frame threads hold
-            # frames in flight that are lost when the input breaks off mid-stream.
-            stream.thread_type = "SLICE"
-            consecutive, last_error, count = 0, "", 0
-            last_pts_ms = -1.0
-            for packet in container.demux(stream):
+            for packet in self._container.demux(self._stream):
                 try:
                     decoded = packet.decode()
                 except av.error.FFmpegError as exc:
@@ -200,19 +163,23 @@ class FileSource(ThreadedSource):
                     pts_ms = float(frame.time * 1000.0) if frame.time is not None else count * 1000.0 / self.info.fps
                     last_pts_ms = pts_ms
                     count += 1
-                    if self.keep is not None and not self.keep(pts_ms):
-                        self.frames_skipped += 1
-                        continue
-                    yield pts_ms, frame.to_ndarray(format="rgb24")
+                    if self._wanted(pts_ms):
+                        yield pts_ms, frame.to_ndarray(format="rgb24")
             expected = self.info.expected_frames
             if expected and count < expected - 1:
                 detail = f"; decoder said: {last_error}" if last_error else ""
                 raise SourceError(f"{self.path}: truncated or damaged: decoded {count} of {expected} frames, "
                                   f"up to {max(last_pts_ms, 0) / 1000:.1f} s{detail}")
             if count == 0:
-                raise SourceError(f"{self.path}: no frame could be decoded" + (f" ({last_error})" if last_error else ""))
+                detail = f" ({last_error})" if last_error else ""
+                raise SourceError(f"{self.path}: no frame could be decoded{detail}")
         finally:
-            container.close()
+            self.close()
+
+    def close(self) -> None:
+        if self._container is not None:
+            self._container.close()
+            self._container = None
 
 
 def _open_container(path: Path):
@@ -232,10 +199,10 @@ def _open_container(path: Path):
         raise SourceError(f"{path}: not a video FFmpeg can read ({reason})") from None
 
 
-class SyntheticSource(ThreadedSource):
+class SyntheticVideo(Video):
     """A clip rendered on the fly: `synthetic://street?seed=3&duration=20`."""
 
-    def __init__(self, url: str, stream_id: str, options: SourceOptions, clock: Clock = monotonic_ms) -> None:
+    def __init__(self, url: str) -> None:
         from sample_videos.render import RenderConfig  # optional dependency of ingest
 
         parts = urlsplit(url)
@@ -252,34 +219,121 @@ class SyntheticSource(ThreadedSource):
                                        noise=float(query.get("noise", 3)))
         except ValueError as exc:
             raise SourceError(f"{url}: {exc}") from None
-        info = SourceInfo(url, width, height, self.config.fps, self.config.num_frames, live=False)
-        super().__init__(stream_id, info, options, clock)
+        super().__init__(SourceInfo(url, width, height, self.config.fps, self.config.num_frames, live=False))
 
-    def _decode(self) -> Iterator[tuple[float, np.ndarray]]:
+    def decode(self) -> Iterator[tuple[float, np.ndarray]]:
         from sample_videos.render import Renderer
 
         for rendered in Renderer(self.config).frames():
-            yield rendered.t_ms, rendered.image
+            if self._wanted(rendered.t_ms):
+                yield rendered.t_ms, rendered.image
 
 
-def open_source(url: str, stream_id: str | None = None, options: SourceOptions | None = None,
-                clock: Clock = monotonic_ms) -> ThreadedSource:
-    """Open a source from a URL or path. Raises SourceError naming the problem."""
-    options = options or SourceOptions()
+def open_video(url: str, options: SourceOptions | None = None) -> Video:
+    """A file or synthetic:// clip, opened for one pass. Raises SourceError naming the problem."""
     scheme = scheme_of(url)
-    stream_id = stream_id or _default_stream_id(url)
     if scheme == "synthetic":
-        return SyntheticSource(url, stream_id, options, clock)
+        return SyntheticVideo(url)
     if scheme == "file":
-        path = Path(urlsplit(url).path) if url.startswith("file://") else Path(url)
-        return FileSource(path, stream_id, options, clock)
+        return FileVideo(file_path(url), options or SourceOptions())
     if scheme not in ALL_SCHEMES:
         raise SourceError(f"{redact_url(url)}: unknown URL scheme {scheme!r}; use a file path or synthetic://")
     raise SourceError(f"{redact_url(url)}: a live source ({scheme}) runs under `vigil serve`; offline runs take "
                       "a video file or synthetic://")
 
 
+_END = object()
+
+
+@dataclass(frozen=True)
+class _Failure:
+    error: SourceError
+
+
+class ThreadedSource:
+    """Runs a `Video`'s decode on a daemon thread; `frames()` reads the bounded buffer
+    and builds each `Frame`."""
+
+    def __init__(self, video: Video, stream_id: str, options: SourceOptions, clock: Clock = monotonic_ms) -> None:
+        self.video = video
+        self.info = video.info
+        self.stream_id = stream_id
+        self.options = options
+        self.clock = clock
+        self._buffer: queue.Queue = queue.Queue(maxsize=options.max_buffer_frames)
+        self._closed = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def frames_decoded(self) -> int:
+        return self.video.frames_decoded
+
+    def _run(self) -> None:
+        decoded = self.video.decode()
+        try:
+            for item in decoded:
+                if not self._put(item):
+                    return
+            self._put(_END)
+        except SourceError as exc:
+            self._put(_Failure(exc))
+        except Exception as exc:  # a decoder bug must still end the stream cleanly
+            self._put(_Failure(SourceError(f"{self.info.url}: {type(exc).__name__}: {exc}")))
+        finally:
+            decoded.close()  # on this thread: the container is closed where it is read
+            self.video.close()
+
+    def _put(self, item: object) -> bool:
+        while not self._closed.is_set():
+            try:
+                self._buffer.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def frames(self) -> Iterator[Frame]:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name=f"decode-{self.stream_id}", daemon=True)
+            self._thread.start()
+        frame_id, origin_ms = 0, None
+        try:
+            while True:
+                item = self._buffer.get()
+                if item is _END:
+                    return
+                if isinstance(item, _Failure):
+                    raise item.error
+                pts_ms, image = item
+                # A file has no capture time of its own: it is captured when the
+                # pipeline takes it, so buffering ahead does not count as latency.
+                capture_ms = self.clock()
+                if self.options.realtime:
+                    origin_ms = capture_ms - pts_ms if origin_ms is None else origin_ms
+                    due_ms = origin_ms + pts_ms
+                    if due_ms > capture_ms:
+                        time.sleep((due_ms - capture_ms) / 1000.0)
+                    capture_ms = due_ms
+                yield Frame(self.stream_id, frame_id, pts_ms, capture_ms, image)
+                frame_id += 1
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        self._closed.set()
+        if self._thread is None:  # never started: nothing else will close it
+            self.video.close()
+
+
+def open_source(url: str, stream_id: str | None = None, options: SourceOptions | None = None,
+                clock: Clock = monotonic_ms) -> ThreadedSource:
+    """Open a source from a URL or path, decoded on its own thread. Raises SourceError
+    naming the problem."""
+    options = options or SourceOptions()
+    return ThreadedSource(open_video(url, options), stream_id or _default_stream_id(url), options, clock)
+
+
 def _default_stream_id(url: str) -> str:
-    if url.startswith("synthetic://"):
+    if scheme_of(url) == "synthetic":
         return "synthetic"
-    return Path(urlsplit(url).path if "://" in url else url).stem or "stream"
+    return file_path(url).stem or "stream"

@@ -110,6 +110,11 @@ def is_live_url(url: str) -> bool:
     return scheme_of(url) not in ("file", "synthetic")
 
 
+def file_path(url: str) -> Path:
+    """The path a `file` URL names: a plain path as given, `file:///a%20b.mp4` unquoted."""
+    return Path(unquote(urlsplit(url).path)) if "://" in url else Path(url)
+
+
 def check_url(url: str, policy: SourcePolicy, cwd: Path | None = None) -> str:
     """The URL to open if the policy allows it (a file as an absolute, resolved path);
     ValueError naming the rule otherwise. A file outside the media folders is refused
@@ -140,7 +145,7 @@ def check_url(url: str, policy: SourcePolicy, cwd: Path | None = None) -> str:
 
 
 def _media_file(url: str, policy: SourcePolicy, cwd: Path) -> Path:
-    raw = Path(unquote(urlsplit(url).path) if url.startswith("file://") else url)
+    raw = file_path(url)
     if not policy.media_dirs:
         raise NotAllowed("url: file streams are off (limits.media_dirs is empty)")
     roots = [Path(d).resolve() for d in policy.media_dirs]

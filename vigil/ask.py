@@ -17,7 +17,8 @@ class AskError(Exception):
     pass
 
 
-def run_clip_once(source: str, out_root: Path, models: Path, device: str, log: Callable[[str], None]) -> tuple[Path, list]:
+def run_clip_once(source: str, out_root: Path, models: Path, device: str,
+                  log: Callable[[str], None]) -> tuple[Path, list]:
     from apps.spec import load_spec
     from vigil.offline import DEFAULT_APPS, RunError, RunOptions, run_offline
 

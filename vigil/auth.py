@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from fastapi import Request
 
-from vigil.service import Unauthorized
+from vigil.services.errors import Unauthorized
 
 
 def require_key(request: Request) -> None:

@@ -8,8 +8,9 @@ import sys
 from pathlib import Path
 
 from apps.spec import LIVE_FIELDS, SpecError, builtin_names, load_spec
-from vigil.offline import DEFAULT_APPS, DEFAULT_REPOSITORY
-
+from streams.urls import scheme_of
+from vigil.offline import DEFAULT_APPS
+from vigil.settings import MODELS_DIR
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -65,7 +66,7 @@ def _eval(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from vigil.serve import serve
+    from vigil.server import serve
     from vigil.settings import SettingsError, load_settings
     from vigil.storage import StorageError
 
@@ -89,7 +90,7 @@ def _ask(args: argparse.Namespace) -> int:
     if args.source is None:
         from vigil.client import ApiError, RestClient
 
-        client = RestClient(args.server, _api_key(args))
+        client = RestClient(_server_url(args), _api_key(args))
         try:
             out = client.call("POST", "/v1/ask", {"question": args.question, "stream": args.stream})
         except ApiError as exc:
@@ -132,7 +133,7 @@ def _remote(args: argparse.Namespace) -> int:
     """`vigil streams|apps|models|events ...`: the REST API from the command line."""
     from vigil.client import ApiError, RestClient
 
-    client = RestClient(args.server, _api_key(args))
+    client = RestClient(_server_url(args), _api_key(args))
     try:
         out = REMOTE[(args.command, args.action)](client, args)
     except ApiError as exc:
@@ -165,6 +166,13 @@ def _archive(path: Path) -> bytes:
 
 
 API_KEY_HELP = "API key (default: $VIGIL_API_KEY, else the first of the server's $VIGIL_API_KEYS)"
+URL_HELP = "server (default: $VIGIL_URL, else http://127.0.0.1:8080)"
+
+
+def _server_url(args: argparse.Namespace) -> str:
+    import os
+
+    return args.server or os.environ.get("VIGIL_URL") or "http://127.0.0.1:8080"
 
 
 def _api_key(args: argparse.Namespace) -> str | None:
@@ -179,7 +187,7 @@ def _api_key(args: argparse.Namespace) -> str | None:
 def _stream_url(url: str) -> str:
     """A file named from the command line is the caller's file: sent as an absolute path,
     not left to the server's working directory."""
-    if "://" not in url and not url.startswith("/dev/") and Path(url).exists():
+    if scheme_of(url) == "file" and "://" not in url and Path(url).exists():
         return str(Path(url).resolve())
     return url
 
@@ -188,7 +196,8 @@ def _app_body(ref: str) -> tuple[bytes, str]:
     path = Path(ref)
     if not path.exists():
         spec = load_spec(ref)  # a built-in name
-        return json.dumps(spec.model_dump(mode="json")).encode(), "application/json"
+        # what the built-in states, not every default: a server of another version fills in its own
+        return json.dumps(spec.model_dump(mode="json", exclude_unset=True)).encode(), "application/json"
     kind = "application/json" if path.suffix == ".json" else "application/yaml"
     return path.read_bytes(), kind
 
@@ -232,8 +241,7 @@ REMOTE = {
 
 def _add_remote_parsers(sub) -> None:
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--url", dest="server", default="http://127.0.0.1:8080",
-                        help="server (default: http://127.0.0.1:8080)")
+    common.add_argument("--url", dest="server", help=URL_HELP)
     common.add_argument("--api-key", help=API_KEY_HELP)
 
     class Actions:
@@ -320,7 +328,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--max-frames", type=int, metavar="N", help="stop after N frames")
     run.add_argument("--device", default="auto", help="auto | cpu | cuda (default: auto)")
     run.add_argument("--block-frames", type=int, default=8, metavar="N", help="frames per block (default: 8)")
-    run.add_argument("--models", type=Path, default=DEFAULT_REPOSITORY, metavar="DIR",
+    run.add_argument("--models", type=Path, default=MODELS_DIR, metavar="DIR",
                      help="model repository (default: configs/models)")
     run.add_argument("--policy", default="nexus", choices=["nexus", "tfs", "clipper", "nobatch"],
                      help="engine scheduling policy (default: nexus)")
@@ -340,7 +348,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--version", type=int, help="one version (default: every version in the repository)")
     ev.add_argument("--json", type=Path, metavar="FILE", help="also write the result here")
     ev.add_argument("--clips", type=int, default=6, help="held-out clips to render (default: 6)")
-    ev.add_argument("--models", type=Path, default=DEFAULT_REPOSITORY, metavar="DIR", help="model repository")
+    ev.add_argument("--models", type=Path, default=MODELS_DIR, metavar="DIR", help="model repository")
     ev.add_argument("--device", default="auto", help="auto | cpu | cuda (default: auto)")
     ev.set_defaults(func=_eval)
 
@@ -368,10 +376,9 @@ def build_parser() -> argparse.ArgumentParser:
     ask.add_argument("--source", help="a clip to ask about offline (instead of a server)")
     ask.add_argument("--out", type=Path, default=Path("vigil-out"), help="where offline runs are kept")
     ask.add_argument("--stream", help="server: only this stream")
-    ask.add_argument("--url", dest="server", default="http://127.0.0.1:8080",
-                     help="server (default: http://127.0.0.1:8080)")
+    ask.add_argument("--url", dest="server", help=URL_HELP)
     ask.add_argument("--api-key", help=API_KEY_HELP)
-    ask.add_argument("--models", type=Path, default=DEFAULT_REPOSITORY, metavar="DIR", help="model repository")
+    ask.add_argument("--models", type=Path, default=MODELS_DIR, metavar="DIR", help="model repository")
     ask.add_argument("--device", default="auto", help="auto | cpu | cuda (default: auto)")
     ask.add_argument("--json", action="store_true", help="print the whole answer object")
     ask.set_defaults(func=_ask)

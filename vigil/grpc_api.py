@@ -22,7 +22,7 @@ import numpy as np
 
 from apps.spec import MAX_SLO_MS
 from engine.detections import Detections
-from engine.engine import Dropped, Request
+from engine.requests import Dropped, Request
 from vigil.proto import vigil_pb2 as pb
 from vigil.proto import vigil_pb2_grpc as pb_grpc
 
@@ -147,9 +147,7 @@ class VigilServicer(pb_grpc.VigilServicer):
         ref = _version_ref(spec)
         try:
             self.engine.ensure_loaded(name)
-            with self.engine.manager.lock:
-                servable = self.engine.manager.resolve(name, ref)
-                labels = tuple(servable.model.spec.labels)
+            labels = self.engine.labels(name, ref)
         except (LookupError, ValueError) as exc:
             context.abort(grpc.StatusCode.NOT_FOUND, str(exc))
         except Exception as exc:  # a model that fails to load
@@ -209,7 +207,7 @@ class VigilServicer(pb_grpc.VigilServicer):
         self._auth(context)
         name = request.model_spec.name
         try:
-            model = self.service.model(name)
+            model = self.service.models.get(name)
         except Exception:
             context.abort(grpc.StatusCode.NOT_FOUND, f"no model {name!r} in the repository")
         ref = _version_ref(request.model_spec)

@@ -21,9 +21,8 @@ from __future__ import annotations
 
 import json
 import time
-from collections import deque
 from contextlib import nullcontext
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, TextIO
 
@@ -35,14 +34,13 @@ from engine.detections import Detections
 from engine.device import resolve_device
 from engine.engine import Engine
 from engine.repository import ModelRepository
-from streams import FrameBlock, SourceError, cut_blocks, open_source
+from streams import FrameBlock, SourceError, SourceOptions, cut_blocks, open_source
 from streams.source import monotonic_ms
-from vigil.pipeline import AppRunner, InFlight, RunError, build_runners, observe_block, submit_block
+from vigil.pipeline import AppRunner, BlockPipeline, InFlight, RunError, build_runners, observe_block, submit_block
+from vigil.settings import MODELS_DIR
 from vigil.video import VideoWriter
 
-DEFAULT_REPOSITORY = Path(__file__).resolve().parents[1] / "configs" / "models"
 DEFAULT_APPS = ("people-counter", "vehicle-counter", "motion")  # the built-in apps a run uses unless told
-PIPELINE_DEPTH = 2  # blocks in flight in the engine while the apps work on an earlier one
 
 
 @dataclass(frozen=True)
@@ -53,7 +51,7 @@ class RunOptions:
     device: str = "auto"
     block_frames: int = 8
     progress: bool = False
-    repository: Path = DEFAULT_REPOSITORY
+    repository: Path = MODELS_DIR
     policy: str = "nexus"
     # pace the file at its frame rate, as a live camera would deliver it, and let the
     # engine drop what cannot meet its deadline; otherwise every sampled frame is
@@ -80,7 +78,7 @@ def run_offline(source: str, specs: list[AppSpec], options: RunOptions,
         raise RunError(f"app names must be unique; got {names}")
     try:
         device = resolve_device(options.device)
-        src = open_source(source, clock=clock)
+        src = open_source(source, options=SourceOptions(realtime=options.realtime), clock=clock)
     except (ValueError, SourceError) as exc:
         raise RunError(str(exc)) from None
     info = src.info
@@ -99,12 +97,10 @@ def run_offline(source: str, specs: list[AppSpec], options: RunOptions,
     last_seen: dict[str, Detections] = {r.app.name: Detections.empty() for r in runners}
     frames_decoded, error = 0, None
     started = time.perf_counter()
-    pipeline: deque[InFlight] = deque()
     detections_path = out / "detections.jsonl"
     with open(out / "events.jsonl", "w") as events_file, \
             open(detections_path, "w") if options.detections else nullcontext() as detections_file:
-        def complete_oldest() -> None:
-            done = pipeline.popleft()
+        def complete(done: InFlight) -> None:
             per_frame = observe_block(done, runners, engine, lambda events: _write_events(events_file, events))
             if detections_file is not None:
                 _write_detections(detections_file, runners, per_frame)
@@ -112,21 +108,16 @@ def run_offline(source: str, specs: list[AppSpec], options: RunOptions,
                 _annotate(done.block, runners, per_frame, last_seen, writer)
             progress.update(len(done.block))
 
+        pipeline: BlockPipeline[InFlight] = BlockPipeline(complete)
         try:
-            frames = _limited(src.frames(), options.max_frames)
-            if options.realtime:
-                frames = _paced(frames, clock)
-            for block in cut_blocks(frames, options.block_frames):
+            for block in cut_blocks(_limited(src.frames(), options.max_frames), options.block_frames):
                 frames_decoded += len(block)
-                pipeline.append(submit_block(block, runners, engine, clock, exact=not options.realtime))
-                if len(pipeline) >= PIPELINE_DEPTH:
-                    complete_oldest()
+                pipeline.push(submit_block(block, runners, engine, clock, exact=not options.realtime))
         except SourceError as exc:
             error = str(exc)
         finally:
             src.close()
-            while pipeline:
-                complete_oldest()
+            pipeline.drain()
             for r in runners:
                 _write_events(events_file, r.app.finish())
             if writer:
@@ -200,21 +191,6 @@ def _limited(frames, max_frames: int | None):
         if max_frames is not None and i >= max_frames:
             return
         yield frame
-
-
-def _paced(frames, clock: Callable[[], float]):
-    """Each frame when a camera would have captured it (the first one now, the others
-    at their presentation times after it), stamped with that time: a pipeline that
-    falls behind sees its frames age as a live stream's would."""
-    origin = None
-    for frame in frames:
-        if origin is None:
-            origin = clock() - frame.pts_ms
-        due = origin + frame.pts_ms
-        ahead_ms = due - clock()
-        if ahead_ms > 0:
-            time.sleep(ahead_ms / 1000.0)
-        yield replace(frame, capture_ms=due)
 
 
 def _progress(total: int | None, enabled: bool):

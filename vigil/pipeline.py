@@ -14,9 +14,10 @@ on for the others; without it (offline runs) it propagates.
 
 from __future__ import annotations
 
+from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Generic, TypeVar
 
 import numpy as np
 
@@ -24,12 +25,13 @@ from apps.app import App, FrameResult
 from apps.detectors import HOST_DETECTORS, Detector, build_host_detector
 from apps.events import Event
 from apps.skipping import StaticFrameFilter
-from apps.spec import AppSpec
+from apps.spec import AppSpec, unknown_classes
 from engine.classes import Classes
 from engine.detections import Detections
-from engine.engine import Dropped, Engine, Request
+from engine.engine import Engine
 from engine.metrics import SHED_REASONS
 from engine.repository import RepositoryError
+from engine.requests import Dropped, Request
 from streams import FrameBlock, FrameSampler
 
 
@@ -62,7 +64,7 @@ OnError = Callable[[AppRunner, Exception], None]
 @dataclass
 class InFlight:
     block: FrameBlock
-    picks: dict[str, FrameBlock]  # app -> its sampled frames
+    sampled: dict[str, FrameBlock]  # app -> the frames its sampler kept
     futures: dict[str, list[Future | None]] = field(default_factory=dict)  # None: skipped, reuse the last
     host_results: dict[str, list[Detections]] = field(default_factory=dict)
 
@@ -70,9 +72,7 @@ class InFlight:
 def _labels_of(spec: AppSpec, engine: Engine) -> tuple[str, ...]:
     if spec.host_detector:
         return HOST_DETECTORS[spec.detector].labels
-    with engine.manager.lock:
-        servable = engine.manager.resolve(spec.detector, spec.model_version)
-        return tuple(servable.model.spec.labels)
+    return engine.labels(spec.detector, spec.model_version)
 
 
 def build_runners(specs: list[AppSpec], engine: Engine, stream_id: str, size: tuple[int, int],
@@ -80,9 +80,9 @@ def build_runners(specs: list[AppSpec], engine: Engine, stream_id: str, size: tu
     """Load the apps' models and check their classes; RunError names the app and problem."""
     models = sorted({s.detector for s in specs if not s.host_detector})
     for name in models:
-        if name not in engine.manager.repository.model_names():
+        if name not in engine.repository.model_names():
             raise RunError(f"detector {name!r} is neither a host detector ({', '.join(HOST_DETECTORS)}) nor a "
-                           f"model in {engine.manager.repository.root}")
+                           f"model in {engine.repository.root}")
         try:
             engine.load(name)
         except RepositoryError as exc:
@@ -93,9 +93,9 @@ def build_runners(specs: list[AppSpec], engine: Engine, stream_id: str, size: tu
             labels = _labels_of(spec, engine)
         except LookupError as exc:
             raise RunError(f"app {spec.name!r}: {exc}") from None
-        unknown = [c for c in spec.classes or [] if c not in labels]
-        if unknown:
-            raise RunError(f"app {spec.name!r}: classes {unknown} are not labels of {spec.detector!r} ({list(labels)})")
+        wrong = unknown_classes(spec.classes, spec.detector, labels)
+        if wrong:
+            raise RunError(f"app {spec.name!r}: {wrong}")
         host = None
         if spec.host_detector:
             try:
@@ -125,14 +125,14 @@ def submit_block(block: FrameBlock, runners: list[AppRunner], engine: Engine, cl
     flight = InFlight(block, {r.app.name: block.select(r.sampler.mask(block)) for r in runners})
     requests, owners = [], []
     for r in runners:
-        sub = flight.picks[r.app.name]
+        sub = flight.sampled[r.app.name]
         spec = r.app.spec
         if r.host is not None:
             engine.metrics.arrived(spec.name, spec.detector, "host", len(sub))
             if len(sub):
                 dets = _guarded(on_error, r, r.host.detect, sub)
                 if dets is None:
-                    flight.picks[spec.name] = sub.select(np.zeros(len(sub), bool))  # nothing to observe
+                    flight.sampled[spec.name] = sub.select(np.zeros(len(sub), bool))  # nothing to observe
                     continue
                 flight.host_results[spec.name] = dets
             now = clock()
@@ -164,7 +164,7 @@ def observe_block(flight: InFlight, runners: list[AppRunner], engine: Engine,
     -> what the app made of that frame."""
     per_frame: dict[str, dict[int, FrameResult]] = {}
     for r in runners:
-        sub = flight.picks[r.app.name]
+        sub = flight.sampled[r.app.name]
         r.block_results, r.block_drops, r.block_shed = 0, {}, 0
         results = _guarded(on_error, r, _observe, r, sub, flight, emit) if len(sub) else None
         if results is not None:
@@ -199,3 +199,30 @@ def _observe(r: AppRunner, sub: FrameBlock, flight: InFlight,
     events, results = r.app.observe(sub.select(keep), dets, classes)
     emit(events)
     return {res.frame_id: res for res in results}
+
+
+PIPELINE_DEPTH = 2  # blocks in flight in the engine while the apps observe an earlier one
+T = TypeVar("T")
+
+
+class BlockPipeline(Generic[T]):
+    """Blocks in flight, oldest first, for `vigil run` and `vigil serve` alike: `push`
+    adds a submitted block and, once `depth` are in flight, completes the oldest, so
+    the engine works on the newer ones while the apps observe it; `drain` completes
+    the rest, in order."""
+
+    def __init__(self, complete: Callable[[T], None], depth: int = PIPELINE_DEPTH) -> None:
+        if depth < 1:
+            raise ValueError(f"depth must be >= 1; was {depth}")
+        self._complete = complete
+        self.depth = depth
+        self._flights: deque[T] = deque()
+
+    def push(self, flight: T) -> None:
+        self._flights.append(flight)
+        if len(self._flights) >= self.depth:
+            self._complete(self._flights.popleft())
+
+    def drain(self) -> None:
+        while self._flights:
+            self._complete(self._flights.popleft())

@@ -28,7 +28,7 @@ class ServiceCollector:
                                       labels=["stream"])
         reconnects = CounterMetricFamily("vigil_stream_reconnects", "Reconnect attempts", labels=["stream"])
         gaps = CounterMetricFamily("vigil_stream_gaps", "Gaps in frames after a reconnect", labels=["stream"])
-        for s in self.service.streams():
+        for s in self.service.streams.list():
             for st in STATUSES:
                 status.add_metric([s["name"], st], 1.0 if s["status"] == st else 0.0)
             decoded.add_metric([s["name"]], s["frames_decoded"])
@@ -40,7 +40,7 @@ class ServiceCollector:
                                        labels=["app", "window"])
         throughput = GaugeMetricFamily("vigil_app_throughput_fps", "Frames completed per second, last minute",
                                        labels=["app"])
-        for name in list(self.service.apps):
+        for name in self.service.apps.names():
             for label, seconds in (("1m", 60.0), ("1h", 3600.0)):
                 value = self.service.rollups.summary(name, seconds)["slo_attainment"]
                 if value is not None:

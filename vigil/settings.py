@@ -75,7 +75,7 @@ class Settings(BaseModel):
     port: int = Field(8080, ge=0, le=65535)
     grpc_port: int = Field(8081, ge=0, le=65535, description="0 turns gRPC off")
     data_dir: Path = Path("vigil-data")
-    model_repository: Path = ROOT / "configs" / "models"
+    model_repository: Path = MODELS_DIR
     device: str = "auto"
     policy: str = "nexus"
     api_keys: tuple[str, ...] = ()

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections import deque
 from dataclasses import dataclass
 from typing import Callable
 
@@ -34,12 +33,11 @@ from streams import FrameBlock
 from streams.blocks import BlockCutter, FrameSampler
 from streams.live import ManagedStream
 from vigil.load import LoadGovernor
-from vigil.pipeline import AppRunner, InFlight, RunError, build_runners, observe_block, submit_block
+from vigil.pipeline import AppRunner, BlockPipeline, InFlight, RunError, build_runners, observe_block, submit_block
 from vigil.storage import StorageFull
 
 log = logging.getLogger("vigil.worker")
 
-PIPELINE_DEPTH = 2
 SNAPSHOT_EVERY_MS = 1000.0
 
 
@@ -116,7 +114,7 @@ class StreamWorker:
 
     # -- the worker thread --------------------------------------------------------------------------
     def _run(self) -> None:
-        pipeline: deque[tuple[InFlight, list[AppRunner]]] = deque()
+        pipeline: BlockPipeline[tuple[InFlight, list[AppRunner]]] = BlockPipeline(lambda done: self._complete(*done))
         try:
             for frame in self.stream.frames():
                 block = None
@@ -133,16 +131,13 @@ class StreamWorker:
         except Exception:  # a bug here must not take the server down; say so loudly
             log.exception("stream %s: worker failed", self.name)
         finally:
-            while pipeline:
-                self._complete(*pipeline.popleft())
+            pipeline.drain()
             for runner in self._runners.values():
                 self._emit(runner.app.finish())
 
-    def _process(self, block: FrameBlock, pipeline: deque) -> None:
+    def _process(self, block: FrameBlock, pipeline: BlockPipeline) -> None:
         runners = self._sync_apps(block)
-        pipeline.append((submit_block(block, runners, self.engine, self.clock, self._app_failed), runners))
-        if len(pipeline) >= PIPELINE_DEPTH:
-            self._complete(*pipeline.popleft())
+        pipeline.push((submit_block(block, runners, self.engine, self.clock, self._app_failed), runners))
 
     def _app_failed(self, runner: AppRunner, exc: Exception) -> None:
         name = runner.app.name
@@ -162,7 +157,7 @@ class StreamWorker:
         for r in runners:
             self._health(r)
             self._watch_quiet(r, span_s)
-            self._govern(r, len(flight.picks[r.app.name]), span_s)
+            self._govern(r, len(flight.sampled[r.app.name]), span_s)
         self.stream.set_demand(self._demand(runners))
         self._snapshot(flight.block, runners, per_frame)
         if self.on_block is not None:

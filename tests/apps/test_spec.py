@@ -29,6 +29,7 @@ def test_builtins_load_and_match_the_street_preset():
     ({"classes": ["car"]}, "classes: 'car' is not produced by detector 'motion'"),
     ({"slo": 100}, "slo: unknown field; check the spelling"),
     ({"tracker": {"min_hits": 0}}, "tracker.min_hits: Input should be greater than or equal to 1"),
+    ({"tracker": {"kind": "sort"}}, "tracker.kind: Input should be 'bytetrack' or 'ocsort'; was 'sort'"),
     # an unknown field lists the fields of the model it is in, not the app's
     ({"tracker": {"hits": 2}}, "tracker.hits: unknown field; check the spelling (fields: lost_track_s, min_hits,"),
     ({"skip_static": {"cells": 2}}, "skip_static.cells: unknown field; check the spelling (fields: threshold,"),

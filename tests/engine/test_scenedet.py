@@ -9,14 +9,14 @@ from engine.models.detection_eval import box_iou
 from engine.repository import ModelRepository
 from engine.requests import Request
 from sample_videos.render import RenderConfig, Renderer
-from vigil.offline import DEFAULT_REPOSITORY
+from vigil.settings import MODELS_DIR
 
 CLASSES = ("person", "car", "bike")
 
 
 @pytest.fixture(scope="module")
 def engine():
-    with Engine(ModelRepository(DEFAULT_REPOSITORY), "cpu") as e:
+    with Engine(ModelRepository(MODELS_DIR), "cpu") as e:
         e.load("scenedet")
         yield e
 

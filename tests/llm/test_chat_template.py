@@ -8,7 +8,8 @@ import shutil
 import pytest
 import torch
 
-from llm.serving import ChatCompletionRequest, RequestError, load_llm, start
+from llm.serving import load_llm
+from vigil.openai_protocol import ChatCompletionRequest, RequestError, start
 from support.processes import ROOT
 
 SCENE_LM = ROOT / "configs" / "models" / "scene-lm" / "1"

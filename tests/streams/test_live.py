@@ -212,3 +212,21 @@ def test_a_stream_delivers_only_the_frames_its_apps_sample(short_clip):
     assert status["frames_skipped"] >= 1.5 * status["frames_decoded"]
     stream.set_demand(None)  # every frame again, from now on
     assert stream._wanted(1e9) and stream._wanted(1e9 + 1)
+
+
+def test_a_file_stream_decodes_on_its_own_thread_into_one_buffer(short_clip):
+    """One thread per stream between the file and the consumer, and each frame built
+    there once: no decoder thread of a `Source` behind it."""
+    import threading
+
+    clip, truth = short_clip
+    stream = ManagedStream("one", str(clip), StreamOptions(realtime=False, buffer_frames=2)).start()
+    frames = stream.frames()
+    first = next(frames)
+    time.sleep(0.2)
+    names = [t.name for t in threading.enumerate()]
+    assert names.count("stream-one") == 1 and not any(n.startswith("decode-") for n in names), names
+    decoded = stream.status()["frames_decoded"]
+    assert decoded <= 1 + 2 + 1, decoded  # back-pressure: one taken, two buffered, one in hand
+    rest = [f for f in frames if f is not None]
+    assert [first.frame_id] + [f.frame_id for f in rest] == list(range(len(truth["frames"])))

@@ -28,7 +28,7 @@ from vigil.http_guard import RepeatFilter, guarded_protocol
 from vigil.service import Vigil
 from vigil.settings import Settings
 
-log = logging.getLogger("vigil.serve")
+log = logging.getLogger("vigil.server")
 # connections accepted in one turn of the event loop (and the listen queue): those past
 # the cap are closed a turn or two later, so a burst needs a few times this many spare
 BACKLOG = 64

@@ -1,0 +1,98 @@
+"""The paged KV cache (vLLM): one tensor of fixed-size blocks, a pool that hands them out,
+and the addressing a step is built from.
+
+A request holds a block table, the pool blocks its positions live in, in order:
+position p is in block `table[p // block_size]` at offset `p % block_size`, so its K/V
+slot in the flattened cache is `table[p // block_size] * block_size + p % block_size`.
+A request with `n` computed tokens holds `ceil(n / block_size)` blocks.
+
+`prepare_inputs` flattens a step's scheduled tokens, request after request, into the
+tokens, positions, slot mapping and per-request slices (with block tables) that the
+eager step (`LlamaModel.forward`) and the padded captured step (llm/cuda_graphs.py)
+both consume: a step's inputs are built one way whichever runs it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+
+from llm.model import Batch, LlamaConfig, SeqBatch
+
+if TYPE_CHECKING:
+    from llm.requests import LLMRequest
+
+
+def new_kv_cache(cfg: LlamaConfig, num_blocks: int, block_size: int, device: str = "cpu") -> torch.Tensor:
+    """[layers, 2, num_blocks, kv_heads, block_size, head_dim] float32, zeroed: a block
+    holds each kv head's keys (or values) as one contiguous [block_size, head_dim] tile."""
+    return torch.zeros(cfg.num_hidden_layers, 2, num_blocks, cfg.num_key_value_heads, block_size, cfg.head_dim,
+                       device=device)
+
+
+def blocks_for(num_tokens: int, block_size: int) -> int:
+    """Blocks that hold `num_tokens` positions."""
+    return -(-num_tokens // block_size)
+
+
+def slot_mapping(block_table: list[int], start: int, num_tokens: int, block_size: int) -> list[int]:
+    """The cache slots of positions start .. start+num_tokens-1: each one's block's place
+    in the pool, then its offset in the block."""
+    return [block_table[p // block_size] * block_size + p % block_size for p in range(start, start + num_tokens)]
+
+
+class BlockPool:
+    """Fixed-size KV blocks; a free list. Every block is either free or held by exactly
+    one request (a leak shows as `num_free < num_blocks` with nothing running)."""
+
+    def __init__(self, num_blocks: int) -> None:
+        self.num_blocks = num_blocks
+        self._free = list(range(num_blocks - 1, -1, -1))
+
+    @property
+    def num_free(self) -> int:
+        return len(self._free)
+
+    def allocate(self, n: int) -> list[int]:
+        if n > len(self._free):
+            raise RuntimeError(f"asked for {n} KV blocks with {len(self._free)} free")  # scheduler bug
+        return [self._free.pop() for _ in range(n)]
+
+    def free(self, blocks: list[int]) -> None:
+        self._free.extend(reversed(blocks))
+
+
+@dataclass
+class StepInputs:
+    """One step's scheduled tokens flattened into one sequence [T], request after request."""
+
+    token_ids: list[int]  # [T]
+    positions: list[int]  # [T]
+    slot_mapping: list[int]  # [T] the cache slot each token's K/V is written to
+    seqs: list[SeqBatch]  # each request's slice of the T tokens, its context length and block table
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.token_ids)
+
+    def batch(self, block_size: int, device: torch.device) -> Batch:
+        """The eager step's input, on `device`."""
+        return Batch(torch.tensor(self.token_ids, device=device), torch.tensor(self.positions, device=device),
+                     self.seqs, torch.tensor(self.slot_mapping, device=device), block_size)
+
+
+def prepare_inputs(scheduled: list[tuple[LLMRequest, int]], block_size: int) -> StepInputs:
+    """scheduled: (request, tokens it computes this step), its blocks already allocated."""
+    tokens: list[int] = []
+    positions: list[int] = []
+    slots: list[int] = []
+    seqs: list[SeqBatch] = []
+    for req, n in scheduled:
+        start = req.num_computed_tokens
+        seqs.append(SeqBatch(len(tokens), n, start + n, list(req.blocks)))
+        tokens += req.token_ids(start, n)
+        positions += range(start, start + n)
+        slots += slot_mapping(req.blocks, start, n, block_size)
+    return StepInputs(tokens, positions, slots, seqs)

@@ -1,0 +1,79 @@
+"""The tracker behind apps: either kind from the `trackers` package, on constructed
+detections, timed by stream time."""
+
+import numpy as np
+import pytest
+
+from apps.spec import TrackerOptions
+from apps.tracking import Tracker
+from engine.detections import Detections
+from factories import box_at, make_detections
+
+KINDS = ["bytetrack", "ocsort"]
+
+
+def walk(tracker: Tracker, start_ms: float, num_frames: int, x0: float = 20.0, period_ms: float = 100.0,
+         class_ids=None) -> list[Detections]:
+    """One person walking right, a detection per frame."""
+    return [tracker.update(make_detections([box_at(x0 + 3 * i, 50)], [class_ids[i] if class_ids else 0]),
+                           start_ms + i * period_ms) for i in range(num_frames)]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_track_is_confirmed_after_min_hits_and_keeps_its_id(kind):
+    """A person who turns up once the tracker is running (OC-SORT confirms every track
+    of its first min_hits frames at once, as the paper's does)."""
+    tracker = Tracker(TrackerOptions(kind=kind, min_hits=3), fps=10.0)
+    parked = box_at(150, 50)
+    for i in range(5):
+        tracker.update(make_detections([parked]), i * 100.0)
+    out = [tracker.update(make_detections([parked, box_at(20 + 3 * i, 50)]), 500.0 + i * 100.0)
+           for i in range(10)]
+    walking = [d[d.xyxy[:, 0] < 100] for d in out]
+    assert [len(d) for d in walking[:2]] == [0, 0]  # not yet confirmed
+    ids = {int(d.tracker_id[0]) for d in walking[3:]}
+    assert all(len(d) == 1 for d in walking[3:]) and len(ids) == 1 and min(ids) >= 0
+    assert all(len(d) - len(w) == 1 for d, w in zip(out, walking))  # the parked car goes on beside it
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_lost_track_is_kept_for_lost_track_s_of_stream_time(kind):
+    """The same gap in frames is a short or a long one in stream time: a 2 fps app
+    misses 1 frame over 0.5 s, a 20 fps app 10; the budget is in seconds either way."""
+    empty = make_detections([])
+    for period_ms, gap_frames in ((500.0, 1), (50.0, 10)):
+        tracker = Tracker(TrackerOptions(kind=kind, min_hits=2, lost_track_s=1.0), fps=1000.0 / period_ms)
+        before = walk(tracker, 0.0, 4, period_ms=period_ms)[-1]
+        t = 3 * period_ms
+        for _ in range(gap_frames):
+            t += period_ms
+            tracker.update(empty, t)
+        # walking on where it would have been: frame 3 + gap_frames + 1 of the walk
+        after = walk(tracker, t + period_ms, 3, x0=20.0 + 3 * (4 + gap_frames), period_ms=period_ms)[-1]
+        assert after.tracker_id.tolist() == before.tracker_id.tolist(), (period_ms, gap_frames)
+    tracker = Tracker(TrackerOptions(kind=kind, min_hits=2, lost_track_s=1.0), fps=10.0)
+    before = walk(tracker, 0.0, 4)[-1]
+    tracker.update(empty, 2000.0)  # 1.7 s later: the track is gone
+    after = walk(tracker, 2100.0, 3, x0=32.0)[-1]
+    assert len(after) == 1 and after.tracker_id[0] != before.tracker_id[0]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_forgotten_track_does_not_come_back_under_its_id(kind):
+    tracker = Tracker(TrackerOptions(kind=kind, min_hits=2, lost_track_s=5.0), fps=10.0)
+    before = walk(tracker, 0.0, 4)[-1]
+    tracker.forget(int(before.tracker_id[0]))
+    after = walk(tracker, 400.0, 3, x0=32.0)[-1]
+    assert len(after) == 1 and after.tracker_id[0] != before.tracker_id[0]
+
+
+def test_the_majority_class_is_the_tracks_class():
+    tracker = Tracker(TrackerOptions(min_hits=1), fps=10.0)
+    out = walk(tracker, 0.0, 7, class_ids=[0, 0, 0, 2, 0, 2, 0])[1:]  # confirmed from its second frame
+    assert [d.class_id.tolist() for d in out] == [[0]] * 6  # the wavering frames keep the track's class
+    assert np.all([d.tracker_id[0] == out[0].tracker_id[0] for d in out])
+
+
+def test_bad_fps_is_named():
+    with pytest.raises(ValueError, match="fps must be > 0; was 0"):
+        Tracker(TrackerOptions(), fps=0)

@@ -1,0 +1,50 @@
+"""The paged KV cache's addressing: block counts, slot mapping through a block table,
+the pool's free list, and a step's flattened inputs."""
+
+from __future__ import annotations
+
+import pytest
+
+from llm.kv_cache import BlockPool, blocks_for, prepare_inputs, slot_mapping
+from llm.requests import LLMRequest
+from llm.sampling import SamplingParams
+
+
+@pytest.mark.parametrize("num_tokens,block_size,blocks", [(0, 4, 0), (1, 4, 1), (4, 4, 1), (5, 4, 2), (17, 16, 2)])
+def test_blocks_hold_every_position(num_tokens, block_size, blocks):
+    assert blocks_for(num_tokens, block_size) == blocks
+
+
+def test_a_slot_is_its_blocks_place_in_the_pool_then_its_offset():
+    table = [9, 3]
+    assert slot_mapping(table, 0, 8, 4) == [36, 37, 38, 39, 12, 13, 14, 15]
+    assert slot_mapping(table, 3, 2, 4) == [39, 12]  # a chunk across a block boundary
+    assert slot_mapping(table, 5, 0, 4) == []
+
+
+def test_the_pool_hands_out_each_block_once_and_takes_them_back():
+    pool = BlockPool(4)
+    a, b = pool.allocate(3), pool.allocate(1)
+    assert sorted(a + b) == [0, 1, 2, 3] and pool.num_free == 0
+    with pytest.raises(RuntimeError, match="asked for 1 KV blocks with 0 free"):
+        pool.allocate(1)
+    pool.free(a)
+    assert pool.num_free == 3 and pool.allocate(3) == a  # the freed blocks, in the same order
+
+
+def request(rid: str, prompt: list[int], output: list[int], computed: int, blocks: list[int]) -> LLMRequest:
+    req = LLMRequest(rid, prompt, SamplingParams(), 0, 0.0, output_ids=output, num_computed_tokens=computed)
+    req.blocks = blocks
+    return req
+
+
+def test_a_steps_inputs_flatten_a_prefill_chunk_and_a_decode():
+    chunk = request("p", [10, 11, 12, 13, 14, 15], [], computed=2, blocks=[5, 7])  # computes positions 2..5
+    decode = request("d", [20, 21, 22], [23, 24], computed=4, blocks=[1, 6])  # computes position 4
+    inputs = prepare_inputs([(chunk, 4), (decode, 1)], block_size=4)
+    assert inputs.token_ids == [12, 13, 14, 15, 24] and inputs.num_tokens == 5
+    assert inputs.positions == [2, 3, 4, 5, 4]
+    assert inputs.slot_mapping == [22, 23, 28, 29, 24]
+    assert [(s.start, s.num_tokens, s.context_len, s.block_table) for s in inputs.seqs] == [
+        (0, 4, 6, [5, 7]), (4, 1, 5, [1, 6])]
+    assert inputs.seqs[0].block_table is not chunk.blocks  # a step's tables do not change with the request's

@@ -1,0 +1,220 @@
+"""The README runs: every shell command of its Usage section, as a user types it in a
+checkout, against a `vigil serve` of the test's own.
+
+Each command runs under bash, in README order, in a fresh folder that holds a copy of
+the checkout's `configs/` and a link to its `sample_videos/`, so what commands write
+(out/, vigil-out/, clips/, JSON reports) lands there. The command text is never
+rewritten: the CLI's remote commands find the server through `$VIGIL_URL`, and curl
+through a `.curlrc` (`connect-to` for localhost:8080, `fail-with-body` so an HTTP error
+fails the command). A command runs as written (a synopsis without its optional
+`[--flag V]` groups) unless `RUN_AS` gives its quickest form, with flags of its own
+line only, or `NOT_RUN` says why it cannot run here; these tables, like `EXPECT`
+and `CREATES`, are keyed by the exact command, so a new README command runs by default
+and a changed or removed one fails `test_tables_name_readme_commands`."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+
+from support.processes import ROOT, VigilServer, wait_for
+
+pytestmark = pytest.mark.slow
+
+README = ROOT / "README.md"
+SHELL_LANGS = ("sh", "bash", "console", "shell")
+
+# The README's synopsis or slow command -> (what the test runs, why). Only flags of the
+# README's own line may be added (checked below).
+RUN_AS = {
+    "vigil eval detector [--version V] [--json FILE]":
+        ("vigil eval detector --version 1 --json eval.json", "one version of the two"),
+    "python -m sample_videos.render --seed 7 --out clips/s7.mp4 [--duration 20] [--size 640x360] [--fps 15] "
+    "[--density 1.0] [--quiet 5:12]":
+        ("python -m sample_videos.render --seed 7 --out clips/s7.mp4 --duration 2 --size 320x180",
+         "a 2-second clip renders the same way as a 20-second one"),
+    "vigil bench ingest [--json FILE] [--source CLIP] [--detector scenedet] [--repeats N] [--max-frames N]":
+        ("vigil bench ingest --json bench-ingest.json --repeats 1 --max-frames 60", "one short repeat"),
+}
+
+# README command -> why the test does not run it.
+NOT_RUN = {
+    "vigil serve": "long-lived, on the fixed ports 8080/8081; the test's own server is this command with "
+                   "--port, --grpc-port, --data-dir, --models and --config",
+    "vigil serve --port 9000 --grpc-port 0 --data-dir /var/lib/vigil --models my-models --config my.yaml":
+        "long-lived, and its folders are the user's; these are the flags the test's own server starts with",
+    "VIGIL_API_KEYS=key1,key2 vigil serve": "long-lived, on the fixed ports 8080/8081; tests/security start "
+                                            "servers with keys",
+    "make train-detector": "26 minutes, and it overwrites the bundled weights",
+    "python -m engine.models.train_scenedet --version 1 [--steps N] [--clips N]":
+        "even --steps 2 --clips 1 renders six held-out clips to evaluate on: 4 minutes on two shared cores",
+    "make bench-engine": "22 minutes, and it installs Ray Serve and the Triton venv",
+    "vigil bench engine [--json FILE] [--quick] [--scenario NAME] [--no-ray] [--no-triton]":
+        "even --quick --scenario single --no-ray --no-triton took 3.3 minutes on two shared cores",
+    "vigil bench llm [--json FILE] [--quick] [--device auto|cpu|cuda] [--trial-s S] [--max-batch N]":
+        "even --quick --trial-s 1 --max-batch 4 searches three systems' rates: over 6 minutes on two shared cores",
+    "vigil bench serve [--json FILE] [--quick] [--device auto|cpu|cuda]":
+        "even --quick serves 1, 4 and 16 cameras for half a minute each, about 4 minutes of two whole cores",
+}
+
+# README command -> text its stdout must hold.
+EXPECT = {
+    "vigil run --help": "usage: vigil run",
+    "vigil streams add lobby sample_videos/street_a.mp4 --options '{\"loop\": true}'":
+        f'"url": "{ROOT / "sample_videos/street_a.mp4"}"',
+    "vigil apps add people-counter --source lobby --name lobby-people": '"name": "lobby-people"',
+    "vigil apps patch lobby-people '{\"slo_ms\": 500, \"priority\": 8}'": '"priority": 8',
+    "vigil apps metrics lobby-people": '"slo_ms": 500',
+    "vigil events list --app lobby-people --type line_cross": '"events"',
+    "curl localhost:8080/v1/apps/entrance/metrics": '"slo_ms":2000',
+    "vigil models check configs/models/scenedet/2": "scenedet v2: adapter",
+    "vigil models check configs/models/scenedet --json": '"version": 2',
+    "vigil models add scenedet configs/models/scenedet/2": '"added_version": 3',
+}
+
+# README command -> files (relative to the folder it runs in) it must write.
+CREATES = {
+    "vigil run sample_videos/street_b.mp4 --out out/": ("out/summary.json", "out/events.jsonl", "out/annotated.mp4"),
+    "vigil run \"synthetic://street?seed=7&duration=30\"": ("vigil-out/summary.json", "vigil-out/annotated.mp4"),
+    "vigil eval detector [--version V] [--json FILE]": ("eval.json",),
+    "python -m sample_videos.render --seed 7 --out clips/s7.mp4 [--duration 20] [--size 640x360] [--fps 15] "
+    "[--density 1.0] [--quiet 5:12]": ("clips/s7.mp4", "clips/s7.gt.json"),
+    "vigil bench ingest [--json FILE] [--source CLIP] [--detector scenedet] [--repeats N] [--max-frames N]":
+        ("bench-ingest.json",),
+}
+
+
+def usage_section(text: str) -> str:
+    """From the `## Usage` heading to the next second-level heading (its `###` subsections
+    included)."""
+    match = re.search(r"^## Usage\n(.*?)(?=^## )", text, re.M | re.S)
+    assert match, "README.md has no `## Usage` section"
+    return match.group(1)
+
+
+def strip_comment(line: str) -> str:
+    """`line` without a shell comment: a `#` outside quotes, at the start or after a blank."""
+    quote = None
+    for i, ch in enumerate(line):
+        if quote:
+            quote = None if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch == "#" and (i == 0 or line[i - 1].isspace()):
+            return line[:i].rstrip()
+    return line.rstrip()
+
+
+def shell_commands(text: str) -> list[str]:
+    """The commands of the fenced sh/bash/console blocks, continuation lines joined; in a
+    console block only `$ ` lines are commands."""
+    commands = []
+    for lang, body in re.findall(r"^```(\w*)\n(.*?)^```", text, re.M | re.S):
+        if lang not in SHELL_LANGS:
+            continue
+        pending = ""
+        for line in body.splitlines():
+            if lang == "console" and not pending:
+                if not line.startswith("$ "):
+                    continue
+                line = line[2:]
+            line = strip_comment(line) if not line.rstrip().endswith("\\") else line.rstrip()
+            if line.endswith("\\"):
+                pending += line[:-1].strip() + " "
+                continue
+            command = (pending + line.strip()).strip()
+            pending = ""
+            if command:
+                commands.append(command)
+    return commands
+
+
+COMMANDS = shell_commands(usage_section(README.read_text()))
+
+
+def flags(command: str) -> set[str]:
+    return set(re.findall(r"(?<![\w-])--[a-z][\w-]*", command))
+
+
+def required_part(command: str) -> str:
+    """A synopsis without its optional `[--flag ...]` groups."""
+    return re.sub(r"\s+\[-[^\]]*\]", "", command)
+
+
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory) -> Path:
+    """A user's checkout as the commands see it: configs/ (a copy, so training and
+    profiling write there) and sample_videos/ (a link)."""
+    work = tmp_path_factory.mktemp("readme")
+    shutil.copytree(ROOT / "configs", work / "configs", ignore=shutil.ignore_patterns("profiles"))
+    (work / "sample_videos").symlink_to(ROOT / "sample_videos")
+    return work
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory) -> VigilServer:
+    """Started with the flags of the README's second `vigil serve`; its model repository
+    is a copy, since `vigil models add` writes into it."""
+    base = tmp_path_factory.mktemp("readme-serve")
+    shutil.copytree(ROOT / "configs/models", base / "models", ignore=shutil.ignore_patterns("profiles"))
+    srv = VigilServer(base / "data", config={}, extra=["--models", str(base / "models")]).start()
+    wait_for(lambda: httpx.get(f"{srv.url}/readyz").status_code == 200, 300, "the server restored and loaded")
+    yield srv
+    assert srv.stop(), srv.logs()[-3000:]
+
+
+@pytest.fixture(scope="module")
+def env(server, workdir) -> dict[str, str]:
+    curl_home = workdir / ".curl"
+    curl_home.mkdir()
+    port = server.url.rsplit(":", 1)[1]
+    (curl_home / ".curlrc").write_text(f"connect-to = localhost:8080:127.0.0.1:{port}\n"
+                                       f"connect-to = 127.0.0.1:8080:127.0.0.1:{port}\n"
+                                       "fail-with-body\nsilent\nshow-error\n")
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+           "VIGIL_URL": server.url, "CURL_HOME": str(curl_home)}
+    for name in ("VIGIL_API_KEYS", "VIGIL_API_KEY"):
+        env.pop(name, None)
+    return env
+
+
+def test_example_spec_is_the_readmes():
+    """configs/apps/entrance.yaml, which the README's commands post and run, is the spec
+    the README shows."""
+    blocks = [yaml.safe_load(body) for body in re.findall(r"^```yaml\n(.*?)^```", README.read_text(), re.M | re.S)]
+    shown = [b for b in blocks if isinstance(b, dict) and b.get("name") == "entrance"]
+    assert shown == [yaml.safe_load((ROOT / "configs/apps/entrance.yaml").read_text())]
+
+
+def test_tables_name_readme_commands():
+    assert COMMANDS, "no shell commands in the README's Usage section"
+    for table in (RUN_AS, NOT_RUN, EXPECT, CREATES):
+        stale = sorted(set(table) - set(COMMANDS))
+        assert not stale, f"not (or no longer) in the README's Usage section: {stale}"
+    for command, (run_as, _) in RUN_AS.items():
+        assert run_as.startswith(required_part(command)), (command, run_as)
+        assert flags(run_as) <= flags(command), f"{run_as!r} adds flags the README does not show"
+    assert not set(RUN_AS) & set(NOT_RUN)
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=COMMANDS)
+def test_readme_command(command, workdir, env):
+    if command in NOT_RUN:
+        pytest.skip(NOT_RUN[command])
+    run = RUN_AS[command][0] if command in RUN_AS else required_part(command)
+    proc = subprocess.run(["bash", "-c", run], cwd=workdir, env=env, capture_output=True, text=True, timeout=550)
+    assert proc.returncode == 0, f"{run}\nexit {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    if command in EXPECT:
+        assert EXPECT[command] in proc.stdout, f"{run}: {EXPECT[command]!r} not in\n{proc.stdout[-3000:]}"
+    for path in CREATES.get(command, ()):
+        assert (workdir / path).is_file(), f"{run} did not write {path}"

@@ -1,0 +1,45 @@
+"""/v1/events (stored events, filtered and paged) and the dashboard's /v1/overview,
+once or as server-sent events."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import StreamingResponse
+
+from apps.events import EVENT_TYPES
+from vigil.routes.deps import ServiceDep
+from vigil.storage import MAX_EVENT_ID
+
+router = APIRouter(prefix="/v1")
+
+
+@router.get("/events", tags=["events"])
+def events(service: ServiceDep, app: str | None = Query(None, max_length=64),
+           stream: str | None = Query(None, max_length=64),
+           type: str | None = Query(None, json_schema_extra={"enum": list(EVENT_TYPES)}),
+           since_ms: float | None = Query(None, ge=-1e15, le=1e15),
+           until_ms: float | None = Query(None, ge=-1e15, le=1e15),
+           after_id: int = Query(0, ge=0, le=MAX_EVENT_ID), limit: int = Query(100, ge=1, le=10_000)) -> dict:
+    """Filter by app, stream, type and stream-time range; page with `after_id`
+    (the previous page's `next_after_id`)."""
+    return service.events.query(app, stream, type, since_ms, until_ms, after_id, limit)
+
+
+@router.get("/overview", tags=["dashboard"])
+def overview(service: ServiceDep) -> dict:
+    return service.overview()
+
+
+@router.get("/overview/stream", tags=["dashboard"])
+async def overview_stream(request: Request, service: ServiceDep,
+                          interval_s: float = Query(1.0, ge=0.2, le=60)) -> StreamingResponse:
+    """Server-sent events: the overview every `interval_s` seconds."""
+    async def feed():
+        while not await request.is_disconnected():
+            yield f"data: {json.dumps(service.overview())}\n\n"
+            await asyncio.sleep(interval_s)
+
+    return StreamingResponse(feed(), media_type="text/event-stream", headers={"Cache-Control": "no-store"})

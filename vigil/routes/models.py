@@ -1,0 +1,82 @@
+"""/v1/models: every model (the repository's vision models and the LLM), versions
+loaded and unloaded, labels, and new versions uploaded as archives."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from fastapi import APIRouter, Query, Request
+from pydantic import BaseModel, Field
+from starlette.concurrency import run_in_threadpool
+
+from vigil.routes.deps import KEY, ServiceDep
+from vigil.services.errors import TooLarge
+
+router = APIRouter(prefix="/v1/models", tags=["models"])
+
+UPLOAD_BODY = {"requestBody": {"required": True, "content": {"application/octet-stream": {"schema": {
+    "type": "string", "format": "binary",
+    "description": "a .tar, .tar.gz or .zip of a version folder (model.yaml and the files it names)"}}}}}
+
+
+class LoadIn(BaseModel):
+    versions: list[int] | None = Field(None, max_length=64)
+
+
+class LabelIn(BaseModel):
+    version: int = Field(ge=1, le=2**31)
+
+
+@router.get("")
+def list_models(service: ServiceDep) -> dict:
+    """Every model: vision models of the repository and the LLM, as an OpenAI-style
+    list (`id`, `object`, `owned_by`) with Vigil's fields (`kind`: vision | llm)."""
+    data = [{"id": m["name"], "object": "model", "created": 0, "owned_by": "vigil", "kind": "vision", **m}
+            for m in service.models.list()]
+    llm = service.llm.engine
+    if llm is not None:
+        data.append({"id": llm.name, "object": "model", "created": 0, "owned_by": "vigil", "kind": "llm",
+                     "max_model_len": llm.max_model_len})
+    return {"object": "list", "data": data}
+
+
+@router.get("/{name}")
+def get_model(name: str, service: ServiceDep) -> dict:
+    return service.models.get(name)
+
+
+@router.post("/{name}/load", dependencies=KEY)
+def load_model(name: str, service: ServiceDep, body: LoadIn | None = None) -> dict:
+    return service.models.load(name, body.versions if body else None)
+
+
+@router.post("/{name}/unload", dependencies=KEY)
+def unload_model(name: str, service: ServiceDep, version: int | None = Query(None, ge=1)) -> dict:
+    return service.models.unload(name, version)
+
+
+@router.post("/{name}/reload", dependencies=KEY)
+def reload_model(name: str, service: ServiceDep) -> dict:
+    return service.models.reload(name)
+
+
+@router.post("/{name}/versions", status_code=201, dependencies=KEY, openapi_extra=UPLOAD_BODY)
+async def add_model_version(name: str, request: Request, service: ServiceDep) -> dict:
+    """Upload a version folder as an archive: it becomes the model's next version once it
+    builds and runs (a new model when the name is new); at most limits.max_model_upload_bytes."""
+    limit = service.settings.limits.max_model_upload_bytes
+    with tempfile.NamedTemporaryFile(dir=service.repository.root, prefix=".upload-", suffix=".archive") as f:
+        size = 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise TooLarge(f"body: over {limit} bytes (limits.max_model_upload_bytes)")
+            await run_in_threadpool(f.write, chunk)
+        await run_in_threadpool(f.flush)
+        return await run_in_threadpool(service.models.add_version, name, Path(f.name))
+
+
+@router.put("/{name}/labels/{label}", dependencies=KEY)
+def set_label(name: str, label: str, body: LabelIn, service: ServiceDep) -> dict:
+    return service.models.set_label(name, label, body.version)

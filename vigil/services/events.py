@@ -1,0 +1,47 @@
+"""Events as stored (the sink assigns ids), and the dashboard's overview of every app
+and stream."""
+
+from __future__ import annotations
+
+from apps.events import EVENT_TYPES
+from vigil.services.apps import AppService
+from vigil.services.errors import Invalid
+from vigil.services.streams import StreamService
+from vigil.settings import Limits
+from vigil.storage import EventQuery, Storage
+
+STREAM_FIELDS = ("name", "status", "last_error", "reconnects", "frames_decoded", "frames_dropped")
+
+
+class EventService:
+    def __init__(self, storage: Storage, limits: Limits) -> None:
+        self.storage = storage
+        self.limits = limits
+
+    def query(self, app: str | None = None, stream: str | None = None, type: str | None = None,
+              since_ms: float | None = None, until_ms: float | None = None, after_id: int = 0,
+              limit: int = 100) -> dict:
+        """One page of events, oldest first; the next page starts after `next_after_id`."""
+        if type is not None and type not in EVENT_TYPES:
+            raise Invalid(f"type: must be one of {list(EVENT_TYPES)}; was {type!r}")
+        limit = max(1, min(limit, self.limits.max_page_size))
+        items = self.storage.events(EventQuery(app, stream, type, since_ms, until_ms, after_id, limit))
+        return {"events": items, "next_after_id": items[-1]["id"] if len(items) == limit else None}
+
+
+def overview(streams: StreamService, apps: AppService, ready: bool, device: dict) -> dict:
+    """Every app's card (status, SLO attainment, latency, load, counts, its stream) and
+    every stream, as the dashboard shows them."""
+    cards = []
+    streams_now = streams.list()
+    for a in apps.list():
+        m = apps.metrics(a["name"])
+        watched = [s for s in streams_now if s["name"] == a["spec"]["source"]]
+        cards.append({"name": a["name"], "status": a["status"], "error": a["error"],
+                      "detector": a["spec"]["detector"], "slo_ms": m["slo_ms"],
+                      "attainment_1m": m["slo_attainment_1m"], "attainment_1h": m["slo_attainment_1h"],
+                      "latency_ms": m["latency_ms"], "latency_all_ms": m["latency_all_ms"], "load": m["load"],
+                      "throughput_fps": m["throughput_fps"],
+                      "dropped": m["dropped"], "batch_size": m["batch_size"], "counts": a["counts"],
+                      "streams": [{k: s[k] for k in STREAM_FIELDS} for s in watched]})
+    return {"apps": cards, "streams": streams_now, "ready": ready, "device": device}
