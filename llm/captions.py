@@ -26,17 +26,20 @@ class FactsCollector:
         """One block's events and, per app, the classes in view at its last frame.
         Returns the finished window's facts when this block starts a new one."""
         done = None
+        # `t_ms` is the block's last frame; its events come from every frame of it
+        first_ms = min([t_ms] + [e["t_ms"] for e in events])
         if self._facts is None:
-            self._facts = SceneFacts(self.stream, t_ms, t_ms + self.every_ms)
+            self._facts = SceneFacts(self.stream, first_ms, first_ms + self.every_ms)
         elif t_ms >= self._facts.t_end_ms:
             done = self._close()
-            start = done.t_end_ms if t_ms - done.t_end_ms < self.every_ms else t_ms
+            start = done.t_end_ms if first_ms - done.t_end_ms < self.every_ms else first_ms
             self._facts = SceneFacts(self.stream, start, start + self.every_ms)
-        f = self._facts
         self._view.update(in_view)
         for e in events:
             if e.get("class") not in CLASSES:
                 continue
+            # a block that straddles the end of a window: its earlier events are that window's
+            f = done if done is not None and e["t_ms"] < done.t_end_ms else self._facts
             key = (e.get("app"), e["type"], e["track_id"], e.get("line"), e.get("direction"), e["t_ms"])
             if key in self._seen:
                 continue

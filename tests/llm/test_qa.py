@@ -91,6 +91,19 @@ def test_facts_collector_windows_events_and_view():
     assert done.t_start_ms == 2000 and done.objects["person"] == 1
 
 
+def test_every_event_falls_in_the_window_that_reports_it():
+    """A block is observed at its last frame with the events of all its frames: the first
+    window starts at its first event, and a block across a window's end gives its
+    earlier events to the window it ends."""
+    c = FactsCollector("s", every_ms=2000)
+    assert c.observe(500, [ev(1, "track_start", 0.1, "person")], {}) is None
+    done = c.observe(2400, [ev(2, "track_start", 1.9, "person"), ev(3, "track_start", 2.2, "car")], {})
+    assert (done.t_start_ms, done.t_end_ms) == (100, 2100)
+    assert done.entered == {"person": 2} and done.event_ids == [1, 2]
+    done = c.observe(4200, [], {})
+    assert done.entered == {"car": 1} and done.event_ids == [3] and done.t_start_ms <= 2200 <= done.t_end_ms
+
+
 @pytest.mark.parametrize("written, grounding", [
     ("2 cars crossed.", "model"),
     ("2 cars crossed midblock between 0:02 and 0:10.", "model"),
