@@ -16,7 +16,7 @@ from __future__ import annotations
 import threading
 import time
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Callable, Iterator
 
 from engine.metrics import EngineMetrics
 from engine.share import DeviceShare
@@ -56,21 +56,20 @@ class DeviceArbiter:
                 self._cond.wait(0.5)
             if not self.share.granted:
                 self.share.grant(by_share=False)
-        started = time.perf_counter()
-        try:
-            with self._device:
-                yield
-        finally:
-            elapsed_ms = (time.perf_counter() - started) * 1000.0
-            with self._cond:
-                self.share.guest_ran(elapsed_ms)
-                self._cond.notify_all()
-            self._metrics.device_seconds.labels("guest").inc(elapsed_ms / 1000.0)
+        with self._held("guest", self.share.guest_ran):
+            yield
 
     # -- vision's side (the engine loop) ----------------------------------------------------------
     @contextmanager
     def batch(self) -> Iterator[None]:
         """One vision batch on the device; a guest step in progress finishes first."""
+        with self._held("vision", self.share.vision_ran):
+            yield
+
+    @contextmanager
+    def _held(self, tenant: str, ran: Callable[[float], None]) -> Iterator[None]:
+        """Hold the device; then book the time held to `tenant` in the share (`ran`) and
+        the device-seconds metric, and wake whoever waits on the share."""
         started = time.perf_counter()
         try:
             with self._device:
@@ -78,8 +77,9 @@ class DeviceArbiter:
         finally:
             elapsed_ms = (time.perf_counter() - started) * 1000.0
             with self._cond:
-                self.share.vision_ran(elapsed_ms)
-            self._metrics.device_seconds.labels("vision").inc(elapsed_ms / 1000.0)
+                ran(elapsed_ms)
+                self._cond.notify_all()
+            self._metrics.device_seconds.labels(tenant).inc(elapsed_ms / 1000.0)
 
     def owed(self) -> bool:
         """Under the lock: the guest's credit covers its next step, before the next batch."""

@@ -33,9 +33,10 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from streams.blocks import FrameSampler
+from streams.clock import monotonic_ms
 from streams.frames import Frame
 from streams.numbers import json_int
-from streams.source import SourceError, is_transient, monotonic_ms, open_video, video_stream
+from streams.source import SourceError, is_transient, open_video, video_stream
 from streams.urls import ffmpeg_options, is_live_url, redact_url, scheme_of, scrub
 
 log = logging.getLogger("vigil.streams")

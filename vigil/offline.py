@@ -35,7 +35,7 @@ from engine.device import resolve_device
 from engine.engine import Engine
 from engine.repository import ModelRepository
 from streams import FrameBlock, SourceError, SourceOptions, cut_blocks, open_source
-from streams.source import monotonic_ms
+from streams.clock import monotonic_ms
 from vigil.pipeline import AppRunner, BlockPipeline, InFlight, RunError, build_runners, observe_block, submit_block
 from vigil.settings import MODELS_DIR
 from vigil.video import VideoWriter

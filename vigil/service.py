@@ -57,7 +57,7 @@ class Vigil:
         self.apps = AppService(settings.limits, self.storage, self.streams, self.models, self.engine, self.rollups,
                                governor)
         self.events = EventService(self.storage, settings.limits)
-        self.llm = LLMService(settings, self.device, self.engine, LLMMetrics(self.engine.metrics.registry),
+        self.llm = LLMService(settings, self.device, self.engine.arbiter, LLMMetrics(self.engine.metrics.registry),
                               self.storage, captions, self.streams, self.apps)
         self._restoring = True
         self._stop = threading.Event()

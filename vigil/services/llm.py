@@ -13,7 +13,7 @@ import logging
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from engine.engine import Engine
+from engine.arbiter import DeviceArbiter
 from llm.engine import EngineConfig, EngineFull, LLMEngine
 from llm.metrics import LLMMetrics
 from llm.qa import Embedder, answer
@@ -34,11 +34,11 @@ ASK_TIMEOUT_S = 120.0
 
 
 class LLMService:
-    def __init__(self, settings: Settings, device: str, vision: Engine, metrics: LLMMetrics, storage: Storage,
+    def __init__(self, settings: Settings, device: str, arbiter: DeviceArbiter, metrics: LLMMetrics, storage: Storage,
                  captions: Captions, streams: StreamService, apps: AppService) -> None:
         self.settings = settings
         self.device = device
-        self.vision = vision
+        self.arbiter = arbiter  # the device, shared with the vision engine
         self.metrics = metrics
         self.storage = storage
         self.captions = captions
@@ -60,7 +60,7 @@ class LLMService:
         try:
             config = EngineConfig(max_waiting=self.settings.limits.max_waiting_llm_requests,
                                   min_share=self.settings.llm_min_share)
-            self.engine = load_llm(self.settings.model_repository, name, self.device, config, arbiter=self.vision.arbiter,
+            self.engine = load_llm(self.settings.model_repository, name, self.device, config, arbiter=self.arbiter,
                                    metrics=self.metrics).start()
             self.captions.start(self.engine)
             log.info("LLM %s loaded", name)
