@@ -6,7 +6,10 @@ with the people counter (SceneDet, person head, 1 s SLO); the first app has prio
 so that load control can shed their rate. After a
 warm-up, one window measures, from the server's own metrics: goodput (frames within
 their SLO per second, all apps), the high-priority app's attainment and the others'
-(drops count as misses), p99 over every arrival, and the server's RSS and CPU.
+(over the frames whose outcome fell in the window; drops count as misses), p99 over
+every arrival, and the server's RSS and CPU. The allocator the server ran with is
+reported too: without jemalloc the served path is several times slower
+(vigil/allocator.py).
 
 The bound is the same model run through the engine alone in this process, in the
 same run: frames of the same clips, preprocessed and batched as the engine batches
@@ -82,6 +85,13 @@ class _Server:
                 return int(line.split()[1]) / 1024.0
         return 0.0
 
+    def allocator(self) -> str:
+        """"jemalloc" when the server process has it mapped, else "system"."""
+        try:
+            return "jemalloc" if "libjemalloc" in Path(f"/proc/{self.proc.pid}/maps").read_text() else "system"
+        except OSError:
+            return "unknown"
+
     def cpu_s(self) -> float:
         fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
@@ -109,6 +119,14 @@ def _caption_ids(api: httpx.Client) -> set[int]:
     return {c["id"] for c in r.json()["captions"]} if r.status_code == 200 else set()
 
 
+def settled(before: dict, after: dict) -> int:
+    """An app's frames whose outcome (a result, late or in time, or a drop) fell between
+    two readings of its metrics. Attainment over these never exceeds 1, as it would over
+    the window's arrivals when frames that arrived before it complete inside it."""
+    dropped = sum(after["dropped"].values()) - sum(before["dropped"].values())
+    return after["completed"] - before["completed"] + dropped
+
+
 def measure_point(n: int, options: ServeBenchOptions, log: Callable[[str], None], captions: bool = False) -> dict:
     with tempfile.TemporaryDirectory(prefix="vigil-bench-serve-") as tmp:
         server = _Server(Path(tmp), options.device, captions)
@@ -123,6 +141,7 @@ def measure_point(n: int, options: ServeBenchOptions, log: Callable[[str], None]
                 captions_before = _caption_ids(api)
                 guest_before = api.get("/v1/overview").json()["device"]["guest"]
                 rss = [server.rss_mb()]
+                allocator = server.allocator()
                 while time.monotonic() - t0 < options.window_s:
                     time.sleep(min(2.0, options.window_s / 10))
                     rss.append(server.rss_mb())
@@ -133,20 +152,17 @@ def measure_point(n: int, options: ServeBenchOptions, log: Callable[[str], None]
         finally:
             server.stop()
 
-    def delta(i: int, key: str) -> int:
-        return after[i][key] - before[i][key]
-
-    within = [delta(i, "within_slo") for i in range(n)]
-    arrived = [delta(i, "arrived") for i in range(n)]
-    low_arrived = sum(arrived[1:])
+    within = [after[i]["within_slo"] - before[i]["within_slo"] for i in range(n)]
+    outcomes = [settled(before[i], after[i]) for i in range(n)]
+    low_outcomes = sum(outcomes[1:])
     point = {"n": n, "goodput_fps": round(sum(within) / elapsed, 2),
-             "high_attainment": round(within[0] / arrived[0], 4) if arrived[0] else None,
-             "low_attainment": round(sum(within[1:]) / low_arrived, 4) if low_arrived else None,
+             "high_attainment": round(within[0] / outcomes[0], 4) if outcomes[0] else None,
+             "low_attainment": round(sum(within[1:]) / low_outcomes, 4) if low_outcomes else None,
              "p99_all_ms": after[0]["latency_all_ms"]["p99"],
              "p99_all_ms_low": after[-1]["latency_all_ms"]["p99"] if n > 1 else None,
              "rss_mb": round(rss[-1], 1), "rss_growth": round(rss[-1] / rss[0], 3),
              "cpu_pct": round(100 * (cpu1 - cpu0) / elapsed, 1),
-             "overloaded_apps": sum(overloaded)}
+             "overloaded_apps": sum(overloaded), "allocator": allocator}
     if captions:
         steps = {k: guest[k] - guest_before[k] for k in ("guest_steps_by_share", "guest_steps_in_slack")}
         point.update(captions_per_min=round(60 * written / elapsed, 2), llm_steps=steps,
@@ -222,8 +238,9 @@ def run_serve_bench(options: ServeBenchOptions, log: Callable[[str], None] = pri
 
 
 def format_serve_report(result: dict) -> str:
+    allocators = sorted({p.get("allocator", "unknown") for p in result["points"]})
     lines = [f"engine alone: {result['engine_bound_fps']} frames/s; served/bound {result['served_vs_bound']}, "
-             f"overload retention {result['overload_retention']}",
+             f"overload retention {result['overload_retention']}; server allocator: {', '.join(allocators)}",
              "| N | goodput fps | high att. | low att. | p99 all (high) | RSS MB (growth) | CPU % |",
              "|---|---|---|---|---|---|---|"]
     for p in result["points"]:

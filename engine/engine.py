@@ -1,16 +1,16 @@
 """The engine: one per device. Requests in, results out; schedule -> execute -> update.
 
 Its boundary is what a cluster backend exposes, plain data in and out: `submit_many`
-(engine/requests.py), the model verbs (`load`, `ensure_loaded`, `unload`, `reload`,
-`set_label`, `labels`, `versions`, `fragment_profiles`), the reports (`profiles`,
-`load_report`, `models`, `selections`, `metrics`), `close`, and `arbiter`, the device
-arbiter a guest (the LLM) takes its turns from (engine/arbiter.py).
+(engine/requests.py), the model verbs and reports of engine/model_verbs.py (`load`,
+`unload`, `labels`, `versions`, `profiles`, ...), `load_report`, `metrics`, `close`,
+and `arbiter`, the device arbiter a guest (the LLM) takes its turns from
+(engine/arbiter.py).
 
 A request names a model (and version or label), one frame and the labels it needs.
 Its path is the fragments from the model's root to the heads that detect those
 labels; each fragment hash is a session with one queue (engine/queues.py), where
-requests on the same input share one entry. Deadlines and the early drop at
-admission are engine/deadlines.py's, plans the policy's (engine/scheduler.py),
+requests on the same input share one entry (engine/paths.py). Deadlines and the early
+drop at admission are engine/deadlines.py's, plans the policy's (engine/scheduler.py),
 versions the model manager's (engine/servables.py). A request that may not be
 dropped (an offline run's) has no deadline to schedule by: it waits its turn, and its
 latency is still measured against its SLO. Host work is kept off the device loop:
@@ -23,14 +23,15 @@ import logging
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Callable
+from typing import Callable
 
 from engine.admission import Admission
 from engine.arbiter import DeviceArbiter
 from engine.metrics import EngineMetrics
+from engine.model_verbs import ModelVerbs
 from engine.observed import ObservedProfiles
-from engine.profiles import Profile
-from engine.queues import Admitted, QueueEntry, QueueFull, SessionQueues
+from engine.paths import Paths
+from engine.queues import Admitted, QueueEntry, SessionQueues
 from engine.repository import ModelRepository
 from engine.requests import Dropped, Request, Result
 from engine.scheduler import Plan, Policy, make_policy
@@ -40,7 +41,7 @@ from streams.clock import monotonic_ms
 log = logging.getLogger("vigil.engine")
 
 
-class Engine:
+class Engine(ModelVerbs):
     def __init__(self, repository: ModelRepository, device: str = "cpu", policy: str | Policy = "nexus",
                  clock: Callable[[], float] = monotonic_ms, max_queue: int = 4096, postprocess_workers: int = 1,
                  share: bool = True, adapt_profiles: bool = True) -> None:
@@ -60,59 +61,13 @@ class Engine:
         self.queues = SessionQueues(max_queue)
         self.observed = ObservedProfiles(clock, adapt_profiles)
         self.admission = Admission(self.manager, self.queues, self.observed, self.policy, self.metrics, share, clock)
+        self.paths = Paths(self._cond, self.manager, self.queues, self.admission, self.observed, clock)
         self._closing = False
         self._busy_ms = 0.0
         self._started_ms = clock()
         self._post = ThreadPoolExecutor(postprocess_workers, thread_name_prefix="engine-post")
         self._thread = threading.Thread(target=self._loop, name=f"engine-{device}", daemon=True)
         self._thread.start()
-
-    # -- models -------------------------------------------------------------------------------------
-    def load(self, name: str, versions: list[int] | None = None) -> list[int]:
-        loaded = self.manager.load(name, versions)
-        self._mark_random(name)
-        return loaded
-
-    def ensure_loaded(self, name: str) -> None:
-        """Load a model unless some version of it is loaded (cheap on the request path)."""
-        if not self.versions(name):
-            self.load(name)
-
-    def unload(self, name: str, version: int | None = None) -> list[int]:
-        return self.manager.unload(name, version)
-
-    def reload(self, name: str) -> dict[str, list[int]]:
-        out = self.manager.reload(name)
-        self._mark_random(name)
-        return out
-
-    def set_label(self, name: str, label: str, version: int) -> None:
-        self.manager.set_label(name, label, version)
-
-    def labels(self, name: str, version: int | str | None = None) -> tuple[str, ...]:
-        """The class labels of the loaded version a request with this version would get
-        (LookupError when none is)."""
-        with self._cond:
-            return tuple(self.manager.resolve(name, version).model.spec.labels)
-
-    def versions(self, name: str) -> list[int]:
-        with self._cond:
-            return sorted(self.manager.versions.get(name, {}))
-
-    def fragment_profiles(self, name: str, version: int | str | None = None) -> list[Profile]:
-        """The stored profiles of a loaded version's fragments, root first."""
-        with self._cond:
-            model = self.manager.resolve(name, version).model
-            return [self.manager.sessions[f.hash].profile for f in model.fragments.values()]
-
-    def _mark_random(self, name: str) -> None:
-        with self._cond:
-            for v, s in self.manager.versions.get(name, {}).items():
-                self.metrics.random_weights.labels(name, str(v)).set(1 if s.model.random_weights else 0)
-
-    @property
-    def ready(self) -> bool:
-        return self.manager.loading == 0
 
     # -- requests -----------------------------------------------------------------------------------
     def submit(self, request: Request) -> Future:
@@ -131,50 +86,19 @@ class Engine:
                 with self._cond:
                     shed(a.request.app)
         admitted = [None if a in doomed else a for a in admitted]
-        # Host work outside the lock: preprocess each distinct root input once. An image
-        # the model cannot take fails its own request ("invalid"), never the others.
-        inputs: dict[int, Any] = {}
-        for i, a in enumerate(admitted):
-            if a is None or self._queued(a, a.root) is not None:
-                continue
-            t0 = time.perf_counter()
-            try:
-                inputs[i] = a.servable.model.preprocess(a.request.image[None])[0]
-            except Exception as exc:
-                self._fail(a, "invalid", f"preprocess: {type(exc).__name__}: {exc}")
-                admitted[i] = None
-                continue
-            self.observed.host_ran(a.request.model, (time.perf_counter() - t0) * 1000.0)
+        inputs = self.paths.root_inputs(admitted, self._fail)  # host work, outside the lock
         with self._cond:
             for i, a in enumerate(admitted):
                 if a is None:
                     continue
                 try:
-                    self._enqueue(a, a.root, inputs.get(i))
+                    self.paths.enqueue(a, a.root, inputs.get(i))
                 except Dropped as exc:
                     self._fail(a, exc.reason, str(exc))
                 except Exception as exc:  # preprocessing the entry it was to share
                     self._fail(a, "invalid", f"preprocess: {type(exc).__name__}: {exc}")
             self._cond.notify_all()
         return futures
-
-    def _queued(self, a: Admitted, fragment: str) -> QueueEntry | None:
-        with self._cond:
-            return self.queues.queued(a.servable.model.fragments[fragment].hash, self.admission.key(a.request))
-
-    def _enqueue(self, a: Admitted, fragment: str, value: Any) -> None:
-        """Under the lock: subscribe to the entry of this input, or queue a new one."""
-        entry = self._queued(a, fragment)
-        if entry is None:
-            frag = a.servable.model.fragments[fragment]
-            if value is None:  # the entry it was to share has run meanwhile: compute it now
-                value = a.servable.model.preprocess(a.request.image[None])[0]
-            try:
-                entry = self.queues.add(frag.hash, self.admission.key(a.request), value, self.clock(),
-                                        downstream=frag.parent is not None)
-            except QueueFull:
-                raise Dropped("overloaded", f"queue of {self.manager.sessions[frag.hash].label} is full") from None
-        entry.subscribe(a, fragment)
 
     # -- the loop: schedule -> execute -> update ------------------------------------------------
     def _loop(self) -> None:
@@ -247,28 +171,11 @@ class Engine:
         with self._cond:
             for entry, value in zip(batch, outputs):
                 for a, name in entry.subscribers:
-                    if not a.finished and self._advance(a, name, value):
+                    if not a.finished and self.paths.advance(a, name, value, self._fail):
                         ready.append(a)
             self._cond.notify_all()
         for a in ready:
             self._post.submit(self._finish, a)
-
-    def _advance(self, a: Admitted, fragment: str, value: Any) -> bool:
-        """Under the lock: a fragment's output reaches its request, as a result or as the
-        input of the next fragments on its path. True when all its heads are done."""
-        model = a.servable.model
-        if fragment in a.leaves:
-            a.outputs[fragment] = value
-        for child, frag in model.fragments.items():
-            if frag.parent == fragment and child in a.needed:
-                try:
-                    self._enqueue(a, child, value)
-                except Dropped as exc:
-                    self._fail(a, exc.reason, str(exc))
-        if not a.finished and len(a.outputs) == len(a.leaves):
-            a.finished = True
-            return True
-        return False
 
     def _finish(self, a: Admitted) -> None:
         req, model = a.request, a.servable.model
@@ -303,10 +210,6 @@ class Engine:
         a.future.set_exception(Dropped(reason, detail, a.selected))
 
     # -- reports ------------------------------------------------------------------------------------
-    def profiles(self) -> dict[str, dict]:
-        with self._cond:
-            return {info.label: info.profile.to_dict() for info in self.manager.sessions.values()}
-
     def load_report(self) -> dict:
         with self._cond:
             elapsed = max(1.0, self.clock() - self._started_ms)
@@ -314,14 +217,6 @@ class Engine:
                     "guest": self.arbiter.report(),
                     "queues": {self.manager.sessions[s].label: n for s, n in self.queues.depths().items()
                                if s in self.manager.sessions}}
-
-    def models(self) -> dict:
-        return self.manager.describe()
-
-    def selections(self) -> list[dict]:
-        """Every adaptive-selection switch (the newest 10,000)."""
-        with self._cond:
-            return list(self.admission.selector.switches)
 
     def close(self, drain: bool = True, timeout_s: float = 30.0) -> None:
         with self._cond:

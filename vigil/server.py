@@ -22,6 +22,7 @@ from contextlib import asynccontextmanager
 import uvicorn
 from starlette.concurrency import run_in_threadpool
 
+from vigil import allocator
 from vigil.api import build_app
 from vigil.grpc_api import start_grpc
 from vigil.http_guard import RepeatFilter, guarded_protocol
@@ -88,6 +89,9 @@ def bind_rest(host: str, port: int) -> socket.socket:
 def serve(settings: Settings) -> None:
     _logging()
     _return_frames_to_the_os()
+    slower = allocator.advice()
+    if slower:
+        log.warning(slower)
     rest = bind_rest(settings.host, settings.port)
     service = Vigil(settings)
     grpc_server = None

@@ -60,3 +60,21 @@ def test_large_allocations_stay_in_the_arenas_and_a_users_malloc_conf_wins():
     assert environment(LIB, {"PATH": "/bin"}) == {"PATH": "/bin", "LD_PRELOAD": LIB,
                                                   "MALLOC_CONF": "oversize_threshold:0"}
     assert environment(LIB, {"MALLOC_CONF": "narenas:2"})["MALLOC_CONF"] == "oversize_threshold:0,narenas:2"
+
+
+def test_the_server_warns_when_it_runs_models_without_jemalloc(monkeypatch):
+    monkeypatch.setattr(allocator, "in_use", lambda: "system")
+    monkeypatch.delenv(allocator.ENV, raising=False)
+    assert "apt-get install libjemalloc2" in allocator.advice()
+    monkeypatch.setenv(allocator.ENV, "system")  # asked for: nothing to say
+    assert allocator.advice() is None
+    monkeypatch.setattr(allocator, "in_use", lambda: "jemalloc")
+    monkeypatch.delenv(allocator.ENV)
+    assert allocator.advice() is None
+
+
+def test_the_allocator_in_use_is_read_from_the_process_itself():
+    from pathlib import Path
+
+    mapped = "libjemalloc" in Path("/proc/self/maps").read_text()
+    assert allocator.in_use() == ("jemalloc" if mapped else "system")
