@@ -177,9 +177,15 @@ def longest_duty_ms(w: Workload, prefixes: Mapping[str, Prefix], rate_rps: float
 
 
 def place(workloads: Sequence[Workload], devices: Sequence[Device],
-          prefixes: Mapping[str, Prefix] | None = None) -> Placement:
+          prefixes: Mapping[str, Prefix] | None = None, max_occupancy: float = 1.0) -> Placement:
     """Squishy bin packing of `workloads` onto `devices` (all of one kind, the kind the
-    profiles were measured on). What does not fit is listed in `unplaced`."""
+    profiles were measured on). What does not fit is listed in `unplaced`.
+
+    `max_occupancy` is the busy share a device is planned to at most: 1.0 is Nexus's
+    packing; below it each device keeps headroom for the bursts of random arrivals (a
+    device planned to exactly its capacity drops a share of any Poisson load)."""
+    if not (0.0 < max_occupancy <= 1.0):
+        raise ValueError(f"max_occupancy must be in (0, 1]; was {max_occupancy}")
     prefixes = dict(prefixes or {})
     by_session = {w.session: w for w in workloads}
     if len(by_session) != len(workloads):
@@ -201,26 +207,29 @@ def place(workloads: Sequence[Workload], devices: Sequence[Device],
             continue
         lower_bound += w.rate_rps / t_max
         b = largest_batch(w, prefixes)
-        whole, rest = divmod(w.rate_rps, t_max)
+        per_device = max_occupancy * t_max  # a whole device runs batches of up to B, busy this share
+        whole, rest = divmod(w.rate_rps, per_device)
         for _ in range(int(whole)):
             if not free:
-                unplaced.append((w.session, t_max))
+                unplaced.append((w.session, per_device))
                 continue
             run_ms = full_latency_ms(w, prefixes, b)
             memory = w.memory_mb + (prefixes[w.prefix].memory_mb if w.prefix else 0.0)
             device = free.pop(0)
             if memory > device.memory_mb:
-                unplaced.append((w.session, t_max))
+                unplaced.append((w.session, per_device))
                 free.insert(0, device)
                 continue
-            plans.append(DevicePlan(device.device_id, run_ms, run_ms, (Assignment(w.session, t_max, b),), memory))
+            batch = _batch(per_device, run_ms)
+            plans.append(DevicePlan(device.device_id, run_ms, full_latency_ms(w, prefixes, batch),
+                                    (Assignment(w.session, per_device, batch),), memory))
         if rest > 1e-9:
             duty = longest_duty_ms(w, prefixes, rest)
             occupancy = full_latency_ms(w, prefixes, _batch(rest, duty)) / duty
             residual.append((occupancy, w.session, rest, duty))
     nodes: list[tuple[Device, _Node]] = []
     for _, session, rate, duty in sorted(residual, key=lambda r: (-r[0], r[1])):
-        choice = _best_fit(nodes, session, rate, duty, by_session, prefixes)
+        choice = _best_fit(nodes, session, rate, duty, by_session, prefixes, max_occupancy)
         if choice is not None:
             node = nodes[choice[0]][1]
             node.duty_ms = choice[1]
@@ -245,14 +254,15 @@ def place(workloads: Sequence[Workload], devices: Sequence[Device],
 
 
 def _best_fit(nodes: list[tuple[Device, _Node]], session: str, rate: float, duty: float,
-              workloads: Mapping[str, Workload], prefixes: Mapping[str, Prefix]) -> tuple[int, float] | None:
+              workloads: Mapping[str, Workload], prefixes: Mapping[str, Prefix],
+              max_occupancy: float) -> tuple[int, float] | None:
     """(node, its new duty cycle) where this residual adds the least busy share (the
     fullest on ties), or None when it fits on none."""
     best, best_key = None, None
     for i, (device, node) in enumerate(nodes):
         if node.memory_mb(workloads, prefixes, session) > device.memory_mb:
             continue
-        d = _common_duty(node, min(node.duty_ms, duty), (session, rate), workloads, prefixes)
+        d = _common_duty(node, min(node.duty_ms, duty), (session, rate), workloads, prefixes, max_occupancy)
         if d is None:
             continue
         after = node.cycle(workloads, prefixes, d, (session, rate))[0]
@@ -264,9 +274,9 @@ def _best_fit(nodes: list[tuple[Device, _Node]], session: str, rate: float, duty
 
 
 def _common_duty(node: _Node, longest_ms: float, extra: tuple[str, float], workloads: Mapping[str, Workload],
-                 prefixes: Mapping[str, Prefix]) -> float | None:
+                 prefixes: Mapping[str, Prefix], max_occupancy: float) -> float | None:
     """The longest duty cycle up to `longest_ms` at which the node with `extra` keeps
-    every session in its SLO and is busy at most the cycle, or None. Nexus takes the
+    every session in its SLO and is busy at most `max_occupancy` of the cycle, or None. Nexus takes the
     shorter of the two cycles; a shared prefix runs a batch of everyone's requests, so
     a shorter cycle may be needed to keep its sessions in time. Latency grows with the
     cycle and the busy share falls, so the longest cycle in time is the one to check."""
@@ -281,7 +291,7 @@ def _common_duty(node: _Node, longest_ms: float, extra: tuple[str, float], workl
             return None
         d = lo
         busy, in_time = node.cycle(workloads, prefixes, d, extra)
-    return d if in_time and busy <= d + 1e-9 else None
+    return d if in_time and busy <= max_occupancy * d + 1e-9 else None
 
 
 def check(placement: Placement, workloads: Sequence[Workload], devices: Sequence[Device],

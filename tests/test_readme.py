@@ -43,6 +43,9 @@ RUN_AS = {
          "a 2-second clip renders the same way as a 20-second one"),
     "vigil bench ingest [--json FILE] [--source CLIP] [--detector scenedet] [--repeats N] [--max-frames N]":
         ("vigil bench ingest --json bench-ingest.json --repeats 1 --max-frames 60", "one short repeat"),
+    "vigil bench cluster --sim [--json FILE] [--quick] [--sim-devices N ...]":
+        ("vigil bench cluster --sim --quick --sim-devices 16 --json bench-cluster.json",
+         "16 devices only: 1000 take minutes of simulation"),
 }
 
 # README command -> why the test does not run it.
@@ -89,6 +92,7 @@ CREATES = {
     "[--density 1.0] [--quiet 5:12]": ("clips/s7.mp4", "clips/s7.gt.json"),
     "vigil bench ingest [--json FILE] [--source CLIP] [--detector scenedet] [--repeats N] [--max-frames N]":
         ("bench-ingest.json",),
+    "vigil bench cluster --sim [--json FILE] [--quick] [--sim-devices N ...]": ("bench-cluster.json",),
 }
 
 

@@ -1,0 +1,180 @@
+"""`vigil bench cluster --sim`: the placement planner (engine/placement.py) at 16 to
+1000 devices, in a discrete-event simulation with profiles.
+
+A trace shaped like Nexus's game workload: many sessions of a few model kinds with
+GPU-like linear profiles (a large fixed cost per batch), SLOs of 50 to 200 ms, and
+rates drawn from a heavy tail, scaled so that the lower bound (sum of rate / T_max) is
+the device count asked for. Three phases, each planned afresh as a Nexus epoch
+would: steady; a rate step (a fifth of the sessions at twice their rate); and a
+failure (a twentieth of the devices lost, their sessions placed again on the rest).
+
+Each device runs the session table it was given: every duty cycle, each of its
+sessions in turn takes up to its batch of the oldest requests waiting, drops those
+that can no longer finish in time (early drop), and runs for l(n). Requests arrive
+as Poisson processes, each session's split over its devices in proportion to the
+rates the plan gave them (what the routers' deficit round robin converges to).
+Reported per phase: devices used against the lower bound (`efficiency`), and SLO
+attainment (requests within their SLO over all that arrived, drops counting as
+misses).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from engine.placement import Device, Placement, Workload, place
+from engine.profiles import Profile
+
+# model kind -> (alpha, beta) in ms: l(b) = alpha * b + beta on one GPU, up to batch 64
+KINDS = {"resnet50": (1.1, 4.0), "inception": (1.4, 6.0), "vgg16": (2.5, 5.0), "ssd_mobilenet": (0.6, 3.0),
+         "yolo": (3.0, 8.0), "googlenet": (0.8, 3.5)}
+SLOS_MS = (50.0, 100.0, 200.0)
+MAX_BATCH = 64
+
+
+def profile_of(kind: str) -> Profile:
+    alpha, beta = KINDS[kind]
+    sizes = tuple(range(1, MAX_BATCH + 1))
+    return Profile(kind, "sim-gpu", sizes, tuple(alpha * b + beta for b in sizes), tuple(0.0 for _ in sizes))
+
+
+@dataclass(frozen=True)
+class SimOptions:
+    devices: tuple[int, ...] = (16, 100, 1000)
+    seconds: float = 4.0  # simulated time per phase
+    seed: int = 0
+    sessions_per_device: float = 1.5
+    spare: float = 0.25  # devices available beyond the lower bound
+    max_occupancy: tuple[float, ...] = (1.0, 0.9)  # planned busy share per device: Nexus's 1.0, and with headroom
+
+    def __post_init__(self) -> None:
+        if not self.devices or min(self.devices) < 1 or max(self.devices) > 5000:
+            raise ValueError(f"devices must be between 1 and 5000; were {self.devices}")
+        if not (0 < self.seconds <= 600):
+            raise ValueError(f"seconds must be in (0, 600]; was {self.seconds}")
+        if not self.max_occupancy or not all(0 < u <= 1 for u in self.max_occupancy):
+            raise ValueError(f"max_occupancy values must be in (0, 1]; were {self.max_occupancy}")
+
+
+def trace(num_devices: int, options: SimOptions, rng: np.random.Generator) -> list[Workload]:
+    """Sessions whose lower bound is `num_devices`: heavy-tailed rates, mixed kinds and SLOs."""
+    n = max(2, round(num_devices * options.sessions_per_device))
+    kinds = rng.choice(sorted(KINDS), n)
+    slos = rng.choice(SLOS_MS, n)
+    weights = rng.pareto(1.2, n) + 0.05
+    sessions = [Workload(f"s{i}", 1.0, float(slos[i]), profile_of(str(kinds[i]))) for i in range(n)]
+    t_max = np.array([_t_max(w) for w in sessions])
+    # scale the rates so that sum(rate / T_max) is the device count
+    scale = num_devices / float(np.sum(weights / t_max))
+    return [Workload(w.session, float(weights[i] * scale), w.slo_ms, w.profile) for i, w in enumerate(sessions)
+            if _t_max(w) > 0]
+
+
+def _largest(w: Workload) -> int:
+    return max((b for b in range(1, w.profile.max_batch + 1) if 2 * w.profile.latency_ms(b) <= w.slo_ms), default=0)
+
+
+def _t_max(w: Workload) -> float:
+    best = _largest(w)
+    return best * 1000.0 / w.profile.latency_ms(best) if best else 0.0
+
+
+def simulate(placement: Placement, workloads: list[Workload], seconds: float, rng: np.random.Generator) -> dict:
+    """Run every device's session table over Poisson arrivals; attainment over all
+    requests that arrived, those no device took (unplaced) counting as misses."""
+    by_session = {w.session: w for w in workloads}
+    arrived = within = 0
+    for session, rate in placement.unplaced:
+        arrived += rng.poisson(rate * seconds)
+    for plan in placement.devices:
+        queues = []
+        for a in plan.assignments:
+            w = by_session[a.session]
+            count = rng.poisson(a.rate_rps * seconds)
+            times = np.sort(rng.uniform(0.0, seconds * 1000.0, count))
+            # the backend batches up to the session's largest batch B, not only the planned
+            # one: a cycle's slack absorbs a burst (Nexus's backends do the same)
+            queues.append([w, max(a.batch, _largest(w)), times, 0])  # session, batch limit, arrivals (ms), next
+
+            arrived += count
+        within += _run_device(queues, plan.duty_cycle_ms, seconds * 1000.0)
+    return {"arrived": arrived, "within_slo": within, "attainment": round(within / arrived, 5) if arrived else None}
+
+
+def _run_device(queues: list, duty_ms: float, horizon_ms: float) -> int:
+    """One device's duty cycles: returns the requests finished within their SLO."""
+    within, now = 0, 0.0
+    while now < horizon_ms + max(q[0].slo_ms for q in queues):
+        cycle_start = now
+        for q in queues:
+            w, batch, times, i = q
+            end = int(np.searchsorted(times, now, side="right"))  # arrived by now
+            # Nexus's early drop: slide the window of the batch along the queue, dropping
+            # the oldest, until the window's first deadline leaves room for the whole batch
+            while i < end and now + w.profile.latency_ms(min(batch, end - i)) > times[i] + w.slo_ms:
+                i += 1
+            n = min(batch, end - i)
+            if n:
+                now += w.profile.latency_ms(n)
+                within += n
+                i += n
+            q[3] = i
+        now = max(now, cycle_start + duty_ms)
+    return within
+
+
+def run_phases(workloads: list[Workload], pool: list[Device], max_occupancy: float, seconds: float,
+               rng: np.random.Generator) -> dict:
+    """Steady, a rate step and a failure, each planned afresh and simulated."""
+    steady = place(workloads, pool, max_occupancy=max_occupancy)
+    stepped_ids = {w.session for w in workloads[: max(1, len(workloads) // 5)]}
+    stepped = [Workload(w.session, w.rate_rps * (2 if w.session in stepped_ids else 1), w.slo_ms, w.profile)
+               for w in workloads]
+    lost = {d.device_id for d in steady.devices[: max(1, len(steady.devices) // 20)]}
+    phases = {"steady": (steady, workloads),
+              "rate_step": (place(stepped, pool, max_occupancy=max_occupancy), stepped),
+              "failure": (place(workloads, [d for d in pool if d.device_id not in lost], max_occupancy=max_occupancy),
+                          workloads)}
+    out = {}
+    for name, (plan, load) in phases.items():
+        sim = simulate(plan, load, seconds, rng)
+        out[name] = {"devices_used": plan.devices_used, "lower_bound": round(plan.lower_bound, 2),
+                     "efficiency": round(plan.lower_bound / plan.devices_used, 4) if plan.devices_used else None,
+                     "attainment": sim["attainment"], "unplaced_rps": round(sum(r for _, r in plan.unplaced), 2)}
+    return out
+
+
+def run_sim(options: SimOptions, log: Callable[[str], None] = print) -> dict:
+    rng = np.random.default_rng(options.seed)
+    rows = []
+    for num in options.devices:
+        workloads = trace(num, options, rng)
+        pool = [Device(f"gpu{i}") for i in range(math.ceil(num * (1 + options.spare)) + 2)]
+        for u in options.max_occupancy:
+            row = {"devices": num, "sessions": len(workloads), "max_occupancy": u,
+                   **run_phases(workloads, pool, u, options.seconds, rng)}
+            phases = ("steady", "rate_step", "failure")
+            log(f"  {num} devices, {len(workloads)} sessions, occupancy <= {u}: " + "; ".join(
+                f"{k} {row[k]['devices_used']} used / {row[k]['lower_bound']} bound (efficiency "
+                f"{row[k]['efficiency']}), attainment {row[k]['attainment']}" for k in phases))
+            rows.append(row)
+    best = [r for r in rows if r["max_occupancy"] == options.max_occupancy[-1]]
+    return {"sim": {"devices": [r["devices"] for r in best], "max_occupancy": options.max_occupancy[-1],
+                    "efficiency": [r["steady"]["efficiency"] for r in best],
+                    "attainment": [r["steady"]["attainment"] for r in best]},
+            "rows": rows, "seconds": options.seconds, "seed": options.seed}
+
+
+def format_sim_report(result: dict) -> str:
+    lines = ["| devices | sessions | occupancy <= | phase | used | lower bound | efficiency | attainment |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in result["rows"]:
+        for phase in ("steady", "rate_step", "failure"):
+            p = r[phase]
+            lines.append(f"| {r['devices']} | {r['sessions']} | {r['max_occupancy']} | {phase} | {p['devices_used']} | "
+                         f"{p['lower_bound']} | {p['efficiency']} | {p['attainment']} |")
+    return "\n".join(lines)

@@ -1,0 +1,44 @@
+"""The planner's simulation (`vigil bench cluster --sim`): the trace's load, a device's
+duty cycles on arrivals it can and cannot serve, and what is not placed counting as
+missed."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from bench.cluster_sim import SimOptions, _run_device, profile_of, run_sim, simulate, trace
+from engine.placement import Device, Placement, Workload, max_throughput_rps, place
+
+
+def test_the_trace_loads_as_many_devices_as_asked():
+    rng = np.random.default_rng(3)
+    workloads = trace(40, SimOptions(devices=(40,)), rng)
+    assert sum(w.rate_rps / max_throughput_rps(w, {}) for w in workloads) == pytest.approx(40.0)
+    assert len({w.profile.fragment_hash for w in workloads}) > 1  # several model kinds
+
+
+def test_a_device_serves_evenly_spaced_arrivals_within_its_slo_and_drops_what_it_cannot():
+    w = Workload("s", 100.0, 100.0, profile_of("resnet50"))  # l(b) = 1.1 b + 4 ms
+    even = np.arange(0.0, 2000.0, 10.0)  # 100 a second for two seconds
+    assert _run_device([[w, 8, even, 0]], 40.0, 2000.0) == len(even)
+    flood = np.arange(0.0, 2000.0, 0.5)  # 2000 a second: past what batches of 8 every cycle serve
+    served = _run_device([[w, 8, flood, 0]], 40.0, 2000.0)
+    assert 0 < served < len(flood) / 4
+
+
+def test_unplaced_load_counts_as_missed():
+    rng = np.random.default_rng(0)
+    w = [Workload("s", 200.0, 100.0, profile_of("resnet50"))]
+    none = simulate(Placement((), (("s", 200.0),), 1.0), w, 2.0, rng)
+    assert none["within_slo"] == 0 and none["arrived"] > 300
+    placed = place(w, [Device("g0")], max_occupancy=0.9)
+    assert simulate(placed, w, 2.0, rng)["attainment"] > 0.95
+
+
+def test_the_run_reports_each_size_and_headroom():
+    result = run_sim(SimOptions(devices=(8,), seconds=1.0, max_occupancy=(1.0, 0.9)), log=lambda _: None)
+    assert [r["max_occupancy"] for r in result["rows"]] == [1.0, 0.9]
+    assert result["sim"]["devices"] == [8] and 0 < result["sim"]["efficiency"][0] <= 1.0
+    for row in result["rows"]:
+        assert row["steady"]["devices_used"] >= 8 and row["rate_step"]["lower_bound"] > row["steady"]["lower_bound"]
