@@ -153,14 +153,28 @@ def run_trial(target: Target, streams: list[Stream], duration_s: float, seed: in
 
 
 def search_goodput(attainment_at: Callable[[float], float], hi: float, steps: int, lo: float = 0.0,
-                   retries: int = 1) -> float:
-    """Highest rate in (lo, hi] found with attainment >= TARGET, by bisection; 0 if none.
-    A rate that fails is tried again (`retries` times, the same for every policy): on a
-    shared machine one unlucky trial should not decide a whole search."""
-    best = 0.0
-    for _ in range(steps):
+                   retries: int = 1, max_halvings: int = 8) -> float:
+    """Highest rate in (lo, hi] found with attainment >= TARGET; 0 if none. The rate is
+    halved from the middle of the range until one passes (at most `max_halvings`
+    times), so that a policy far below the top still gets a figure rather than 0, then
+    bisected between the last pass and the last failure (`steps` trials in all when the
+    first rate passes). A rate that fails is tried again (`retries` times, the same for
+    every policy): on a shared machine one unlucky trial should not decide a search."""
+
+    def passes(rate: float) -> bool:
+        return any(attainment_at(rate) >= TARGET for _ in range(1 + retries))
+
+    rate = (lo + hi) / 2
+    for _ in range(max_halvings):
+        if passes(rate):
+            break
+        hi, rate = rate, (lo + rate) / 2
+    else:
+        return 0.0
+    best = lo = rate
+    for _ in range(steps - 1):
         mid = (lo + hi) / 2
-        if any(attainment_at(mid) >= TARGET for _ in range(1 + retries)):
+        if passes(mid):
             best, lo = mid, mid
         else:
             hi = mid

@@ -31,6 +31,21 @@ def test_goodput_is_zero_when_nothing_meets_the_target():
     assert search_goodput(lambda rate: 0.5, hi=100.0, steps=4) == 0.0
 
 
+def test_a_policy_far_below_the_top_rate_still_gets_a_figure():
+    # the old search spent its four steps at 50, 25, 12.5 and 6.25 and reported 0 for a
+    # policy that serves 4 a second; halving first finds a rate it meets, then bisects
+    capacity = 4.0
+    tried = []
+
+    def attainment(rate: float) -> float:
+        tried.append(rate)
+        return 1.0 if rate <= capacity else 0.5
+
+    found = search_goodput(attainment, hi=100.0, steps=4, retries=0)
+    assert 3.125 <= found <= capacity
+    assert len(tried) == 5 + 3  # five halvings to 3.125, then three bisection steps
+
+
 def test_attainment_counts_drops_as_misses_and_admitted_excludes_them():
     r = TrialResult(arrived={"a": 10}, within={"a": 7}, outcomes={"a": {"ok": 7, "late": 1, "deadline": 2}})
     assert r.attainment("a") == 0.7
