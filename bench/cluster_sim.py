@@ -26,7 +26,7 @@ from typing import Callable
 
 import numpy as np
 
-from engine.placement import Device, Placement, Workload, place
+from engine.placement import Device, Placement, Workload, largest_batch, max_throughput_rps, place
 from engine.profiles import Profile
 
 # model kind -> (alpha, beta) in ms: l(b) = alpha * b + beta on one GPU, up to batch 64
@@ -67,20 +67,11 @@ def trace(num_devices: int, options: SimOptions, rng: np.random.Generator) -> li
     slos = rng.choice(SLOS_MS, n)
     weights = rng.pareto(1.2, n) + 0.05
     sessions = [Workload(f"s{i}", 1.0, float(slos[i]), profile_of(str(kinds[i]))) for i in range(n)]
-    t_max = np.array([_t_max(w) for w in sessions])
+    t_max = np.array([max_throughput_rps(w, {}) for w in sessions])
     # scale the rates so that sum(rate / T_max) is the device count
     scale = num_devices / float(np.sum(weights / t_max))
     return [Workload(w.session, float(weights[i] * scale), w.slo_ms, w.profile) for i, w in enumerate(sessions)
-            if _t_max(w) > 0]
-
-
-def _largest(w: Workload) -> int:
-    return max((b for b in range(1, w.profile.max_batch + 1) if 2 * w.profile.latency_ms(b) <= w.slo_ms), default=0)
-
-
-def _t_max(w: Workload) -> float:
-    best = _largest(w)
-    return best * 1000.0 / w.profile.latency_ms(best) if best else 0.0
+            if t_max[i] > 0]
 
 
 def simulate(placement: Placement, workloads: list[Workload], seconds: float, rng: np.random.Generator) -> dict:
@@ -98,7 +89,7 @@ def simulate(placement: Placement, workloads: list[Workload], seconds: float, rn
             times = np.sort(rng.uniform(0.0, seconds * 1000.0, count))
             # the backend batches up to the session's largest batch B, not only the planned
             # one: a cycle's slack absorbs a burst (Nexus's backends do the same)
-            queues.append([w, max(a.batch, _largest(w)), times, 0])  # session, batch limit, arrivals (ms), next
+            queues.append([w, max(a.batch, largest_batch(w, {})), times, 0])  # session, batch limit, arrivals (ms), next
 
             arrived += count
         within += _run_device(queues, plan.duty_cycle_ms, seconds * 1000.0)

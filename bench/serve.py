@@ -37,6 +37,7 @@ import httpx
 import yaml
 
 from bench.launch import Launched, free_ports
+from vigil.allocator import in_use
 from vigil.settings import MODELS_DIR, ROOT, SAMPLES_DIR
 
 CLIPS = sorted(SAMPLES_DIR.glob("*.mp4"))
@@ -84,13 +85,6 @@ class _Server:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) / 1024.0
         return 0.0
-
-    def allocator(self) -> str:
-        """"jemalloc" when the server process has it mapped, else "system"."""
-        try:
-            return "jemalloc" if "libjemalloc" in Path(f"/proc/{self.proc.pid}/maps").read_text() else "system"
-        except OSError:
-            return "unknown"
 
     def cpu_s(self) -> float:
         fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -141,7 +135,7 @@ def measure_point(n: int, options: ServeBenchOptions, log: Callable[[str], None]
                 captions_before = _caption_ids(api)
                 guest_before = api.get("/v1/overview").json()["device"]["guest"]
                 rss = [server.rss_mb()]
-                allocator = server.allocator()
+                allocator = in_use(server.proc.pid)
                 while time.monotonic() - t0 < options.window_s:
                     time.sleep(min(2.0, options.window_s / 10))
                     rss.append(server.rss_mb())

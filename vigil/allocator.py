@@ -61,19 +61,20 @@ def preload(choice: str, current: str) -> str | None:
     return f"{lib}:{current}" if current else lib
 
 
-def in_use() -> str:
-    """The allocator this process runs with: "jemalloc" or "system"."""
+def in_use(pid: int | str = "self") -> str:
+    """The allocator a process (this one by default) runs with: "jemalloc" or "system",
+    read from its memory maps ("unknown" where they cannot be read)."""
     try:
-        maps = Path("/proc/self/maps").read_text()
-    except OSError:  # not Linux: what the environment asked for
-        maps = os.environ.get("LD_PRELOAD", "")
+        maps = Path(f"/proc/{pid}/maps").read_text()
+    except OSError:
+        return "unknown"
     return "jemalloc" if "libjemalloc" in maps else "system"
 
 
 def advice() -> str | None:
     """A warning for a process that runs models without jemalloc although the user did
     not ask for the system allocator (it is not installed), else None."""
-    if in_use() == "jemalloc" or os.environ.get(ENV, "auto").strip().lower() == "system":
+    if in_use() != "system" or os.environ.get(ENV, "auto").strip().lower() == "system":
         return None
     return ("jemalloc is not installed, so models run with the system allocator: with four cameras the "
             "server analysed about half as many frames in time (Debian: apt-get install libjemalloc2; "

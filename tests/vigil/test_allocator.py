@@ -74,7 +74,10 @@ def test_the_server_warns_when_it_runs_models_without_jemalloc(monkeypatch):
 
 
 def test_the_allocator_in_use_is_read_from_the_process_itself():
+    import os
     from pathlib import Path
 
     mapped = "libjemalloc" in Path("/proc/self/maps").read_text()
     assert allocator.in_use() == ("jemalloc" if mapped else "system")
+    assert allocator.in_use(os.getpid()) == allocator.in_use()  # another process's, by pid (the serve bench)
+    assert allocator.in_use(2**22 + 1) == "unknown"  # past Linux's pid limit: no such process
