@@ -32,7 +32,9 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 from apps.documents import json_depth
 
 log = logging.getLogger("vigil.http")
-_NUMBERS = re.compile(r"0x[0-9a-fA-F]+|\d+(\.\d+)?")
+# a number that stands alone ("when=4041.0", "30%", "0x7fd0"), not the digits that end a
+# name ("cam1", "stream-3"): those are other cameras, not the same message again
+_NUMBERS = re.compile(r"(?<![\w.-])(0x[0-9a-fA-F]+|\d+(\.\d+)?)")
 
 
 async def _reply(send, status: int, detail: str, headers: tuple = ()) -> None:

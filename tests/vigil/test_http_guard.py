@@ -31,3 +31,15 @@ def test_other_messages_are_not_held_back():
     assert f.filter(record("stream a failed")) and f.filter(record("stream b failed"))
     assert f.filter(record("stream a failed", name="vigil.streams"))  # another logger
     assert not f.filter(record("stream a failed"))
+
+
+def test_names_that_end_in_digits_are_other_messages():
+    # six cameras cam0..cam5 going overloaded: each camera's first line gets through,
+    # where counting "cam1" and "cam3" as the same message held back all but five
+    f = RepeatFilter(burst=1, clock=lambda: 0.0)
+    lines = [f"app cam{i} is overloaded: {30 + i}% of its frames shed, sampling 12.0 of 15.0 frames/s"
+             for i in range(6)]
+    assert all(f.filter(record(line, name="vigil.load")) for line in lines)
+    assert not f.filter(record("app cam1 is overloaded: 41% of its frames shed, sampling 9.6 of 15.0 frames/s",
+                               name="vigil.load"))  # cam1 again, other numbers: the same message
+    assert f.filter(record("stream-3 failed")) and f.filter(record("stream-4 failed"))
