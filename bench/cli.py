@@ -17,8 +17,9 @@ def register(sub) -> None:
     bench.add_argument("target", choices=["ingest", "engine", "llm", "serve", "cluster"],
                        help="ingest: vigil run vs a plain decode+detect loop; engine: scheduling policies and peers; "
                             "llm: iteration-level vs static and request-level batching; serve: `vigil serve` with "
-                            "1 to 16 cameras sharing a model, beside the engine alone; cluster --sim: the placement "
-                            "planner at 16 to 1000 devices in a simulation")
+                            "1 to 16 cameras sharing a model, beside the engine alone; cluster: the scheduler, "
+                            "backends and routers on a local Ray cluster of 4 nodes (--sim: the placement planner at "
+                            "16 to 1000 devices in a simulation)")
     bench.add_argument("--json", type=Path, metavar="FILE", help="also write the result here")
     bench.add_argument("--source", default="sample_videos/street_a.mp4", help="clip to use")
     bench.add_argument("--detector", default="scenedet", help="detector for both sides")
@@ -26,14 +27,13 @@ def register(sub) -> None:
     bench.add_argument("--max-frames", type=int, default=None, metavar="N", help="frames per repeat")
     bench.add_argument("--device", default="auto", help="auto | cpu | cuda (default: auto)")
     bench.add_argument("--quick", action="store_true", help="engine: shorter trials (under 5 minutes on 2 cores); "
-                       "serve: N = 1, 4, 16 and shorter windows")
+                       "serve: N = 1, 4, 16 and shorter windows; cluster: shorter phases")
     bench.add_argument("--scenario", action="append", metavar="NAME",
                        help="engine: run only these (single, shared_backbone, overload, swap)")
     bench.add_argument("--no-ray", action="store_true", help="engine: skip the Ray Serve peer")
-    bench.add_argument("--sim", action="store_true", help="cluster: simulate the placement planner (the only "
-                       "cluster bench built so far)")
+    bench.add_argument("--sim", action="store_true", help="cluster: only simulate the placement planner (no Ray)")
     bench.add_argument("--sim-devices", type=int, nargs="+", default=[16, 100, 1000], metavar="N",
-                       help="cluster --sim: device counts to simulate (default: 16 100 1000)")
+                       help="cluster: device counts to simulate (default: 16 100 1000)")
     bench.add_argument("--no-triton", action="store_true", help="engine: skip the Triton peer (it runs when "
                        "`make triton-venv` has made .triton-venv)")
     bench.add_argument("--models", "--models-dir", dest="models_dir", type=Path, default=MODELS_DIR,
@@ -97,19 +97,27 @@ def run(args: argparse.Namespace) -> int:
             return 1
         print(format_serve_report(result), file=sys.stderr)
     elif args.target == "cluster":
-        from bench.cluster_sim import SimOptions, format_sim_report, run_sim
-
-        if not args.sim:
-            print("error: the Ray cluster bench is not built yet; `vigil bench cluster --sim` runs the planner's "
-                  "simulation", file=sys.stderr)
-            return 2
         try:
-            options = SimOptions(devices=tuple(args.sim_devices), **({"seconds": 2.0} if args.quick else {}))
-            result = run_sim(options, log=lambda m: print(m, file=sys.stderr, flush=True))
-        except ValueError as exc:
+            if args.sim:
+                from bench.cluster_sim import SimOptions, format_sim_report, run_sim
+
+                options = SimOptions(devices=tuple(args.sim_devices), **({"seconds": 2.0} if args.quick else {}))
+                result = run_sim(options, log=lambda m: print(m, file=sys.stderr, flush=True))
+                print(format_sim_report(result), file=sys.stderr)
+            else:
+                from bench.cluster_ray import ClusterBenchOptions, format_cluster_report, run_cluster_bench
+
+                options = ClusterBenchOptions(sim_devices=tuple(args.sim_devices),
+                                              **({"steady_s": 8.0, "step_s": 10.0, "failover_s": 8.0}
+                                                 if args.quick else {}))
+                result = run_cluster_bench(options, log=lambda m: print(m, file=sys.stderr, flush=True))
+                print(format_cluster_report(result), file=sys.stderr)
+        except ImportError as exc:
+            print(f"error: the cluster bench needs Ray ({exc}); pip install 'ray>=2.40'", file=sys.stderr)
+            return 2
+        except (ValueError, RuntimeError) as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 1
-        print(format_sim_report(result), file=sys.stderr)
     else:  # argparse restricts the choices
         raise AssertionError(args.target)
     print_json(result, args.json)

@@ -13,7 +13,7 @@ weights (engine/routing.py). Every plan is kept in `history` with why it was mad
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Mapping, Sequence
 
 from engine.epochs import EpochPolicy, Epochs
 from engine.placement import Device, DevicePlan, Placement, Prefix, Workload, place
@@ -40,14 +40,23 @@ class GlobalScheduler:
         self.sessions: dict[str, Workload] = {}
         self.observed_rps: dict[str, float] = {}
         self.placement = Placement((), (), 0.0)
+        self.planned_rps: dict[str, float] = {}  # the rate each session was last planned at
+        self.plans = 0  # made so far (history keeps only the latest)
         self.history: list[PlanEvent] = []
 
     # -- what backends and frontends tell it -------------------------------------------------------
-    def register_backend(self, device: Device, now_s: float) -> None:
-        """A backend joins (or comes back): load left unplaced is placed at once."""
+    def register_backend(self, device: Device, now_s: float, sessions: Sequence[Workload] = (),
+                         plan: bool = True) -> None:
+        """A backend joins (or comes back) with the sessions it runs. Those this scheduler
+        does not know (it was restarted, and the backends are how it learns its table
+        again) are added; they and any load left unplaced are placed at once, unless
+        `plan` is false (a restarted scheduler gathering its backends first)."""
         self.backends[device.device_id] = device
-        if self.placement.unplaced:
-            self._plan(now_s, f"backend {device.device_id} joined")
+        unknown = [w for w in sessions if w.session not in self.sessions]
+        for w in unknown:
+            self.sessions[w.session] = w
+        if plan and (unknown or self.placement.unplaced):
+            self._plan(now_s, f"backend {device.device_id} joined" + (f" with {len(unknown)} sessions" if unknown else ""))
 
     def add_session(self, workload: Workload, now_s: float) -> None:
         """A new session with its estimated rate is placed at once (Nexus's LoadModel)."""
@@ -73,11 +82,18 @@ class GlobalScheduler:
 
     def tick(self, now_s: float) -> str | None:
         """A beacon: plan again when an epoch is due; returns why, or None."""
-        allocated = {s: self.placement.rate_of(s) for s in self.sessions}
-        reason = self.epochs.due(now_s, self.observed_rps, allocated)
+        # against the rate each session was planned at, not the part of it placed: a
+        # session the devices could not wholly take would otherwise be planned again
+        # every epoch to the same end
+        planned = {s: self.planned_rps.get(s, 0.0) for s in self.sessions}
+        reason = self.epochs.due(now_s, self.observed_rps, planned)
         if reason is not None:
             self._plan(now_s, reason)
         return reason
+
+    def replan(self, now_s: float, reason: str) -> None:
+        """Place everything again now."""
+        self._plan(now_s, reason)
 
     # -- what it tells them -----------------------------------------------------------------------
     def routes(self, session: str) -> dict[str, float]:
@@ -92,9 +108,11 @@ class GlobalScheduler:
     def _plan(self, now_s: float, reason: str) -> None:
         workloads = [Workload(w.session, self.observed_rps.get(w.session, w.rate_rps), w.slo_ms, w.profile,
                               w.memory_mb, w.prefix) for w in self.sessions.values()]
+        self.planned_rps = {w.session: w.rate_rps for w in workloads}
         devices = [self.backends[d] for d in sorted(self.backends)]
         self.placement = place(workloads, devices, self.prefixes, self.max_occupancy)
         self.epochs.planned(now_s)
+        self.plans += 1
         self.history.append(PlanEvent(now_s, reason, self.placement.devices_used, round(self.placement.lower_bound, 3),
                                       round(sum(r for _, r in self.placement.unplaced), 3)))
         del self.history[:-MAX_HISTORY]

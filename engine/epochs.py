@@ -5,7 +5,10 @@ got) and plans the whole cluster again (engine/placement.py) when an epoch is du
 every `epoch_s`; sooner, once at least `min_epoch_s` have passed since the last plan,
 when a session's observed rate has left [`low`, `high`] times what the plan gave it
 (a session that grows past its allocation would miss its SLO before the next epoch;
-one that shrinks wastes devices); and at once when a backend is lost, so that its
+one that shrinks wastes devices), and has moved by at least `min_change_rps` (a
+session of two requests a second, counted over a few seconds, reads a third off its
+rate by chance alone, and would be planned again every time); and at once when a
+backend is lost, so that its
 sessions are placed again within a beacon. The caller passes the time: no clock is
 read here.
 """
@@ -24,6 +27,7 @@ class EpochPolicy:
     min_epoch_s: float = 10.0
     low: float = 0.8
     high: float = 1.1
+    min_change_rps: float = 1.0
 
     def __post_init__(self) -> None:
         for name in ("beacon_s", "epoch_s", "min_epoch_s"):
@@ -35,6 +39,8 @@ class EpochPolicy:
                              f"{self.min_epoch_s}, {self.epoch_s}")
         if not (0 < self.low <= 1 <= self.high and math.isfinite(self.high)):
             raise ValueError(f"need 0 < low <= 1 <= high; were {self.low}, {self.high}")
+        if not (math.isfinite(self.min_change_rps) and self.min_change_rps >= 0):
+            raise ValueError(f"min_change_rps must be finite and >= 0; was {self.min_change_rps}")
 
 
 class Epochs:
@@ -58,7 +64,8 @@ class Epochs:
                 if rate > 0:  # a session the plan has not seen yet
                     return f"rate: {session}"
                 continue
-            if not self.policy.low <= rate / allocated <= self.policy.high:
+            if not self.policy.low <= rate / allocated <= self.policy.high and \
+                    abs(rate - allocated) >= self.policy.min_change_rps:
                 return f"rate: {session}"
         return None
 

@@ -46,6 +46,9 @@ RUN_AS = {
     "vigil bench cluster --sim [--json FILE] [--quick] [--sim-devices N ...]":
         ("vigil bench cluster --sim --quick --sim-devices 16 --json bench-cluster.json",
          "16 devices only: 1000 take minutes of simulation"),
+    "vigil bench cluster [--json FILE] [--quick] [--sim-devices N ...]":
+        ("vigil bench cluster --quick --sim-devices 16 --json bench-cluster-ray.json",
+         "shorter phases, and the simulation at 16 devices only"),
 }
 
 # README command -> why the test does not run it.
@@ -93,6 +96,7 @@ CREATES = {
     "vigil bench ingest [--json FILE] [--source CLIP] [--detector scenedet] [--repeats N] [--max-frames N]":
         ("bench-ingest.json",),
     "vigil bench cluster --sim [--json FILE] [--quick] [--sim-devices N ...]": ("bench-cluster.json",),
+    "vigil bench cluster [--json FILE] [--quick] [--sim-devices N ...]": ("bench-cluster-ray.json",),
 }
 
 

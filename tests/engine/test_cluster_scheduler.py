@@ -127,3 +127,23 @@ def test_load_that_does_not_fit_waits_for_a_backend_then_is_placed():
     assert g.placement.unplaced and sum(g.routes("big").values()) == pytest.approx(320.0)
     g.register_backend(Device("g9"), now_s=2.0)
     assert not g.placement.unplaced and sum(g.routes("big").values()) == pytest.approx(640.0)
+
+
+def test_load_left_unplaced_is_not_planned_again_every_epoch_for_nothing():
+    """Two devices' worth on one device: the part placed is half the rate, but the rate
+    has not moved since it was planned, so the minimum epoch passes without a plan (a
+    plan at the same rate would place the same half, and move sessions for nothing)."""
+    g = _cluster(devices=1)
+    g.add_session(Workload("big", 640.0, 200.0, _linear(3.0, 4.0)), now_s=0.0)
+    assert g.placement.unplaced
+    g.report("big", 640.0)
+    assert g.tick(15.0) is None
+    g.report("big", 1000.0)  # the rate itself moved: that is a reason
+    assert g.tick(15.0) == "rate: big"
+
+
+@pytest.mark.parametrize("rate, due", [(2.5, False), (3.0, True), (1.2, False), (0.9, True)])
+def test_a_small_session_replans_only_when_its_rate_moved_by_enough(rate, due):
+    """A session of two requests a second reads 2.5 or 1.2 by chance: no plan for that."""
+    epochs = Epochs(EpochPolicy(), planned_at_s=0.0)
+    assert (epochs.due(15.0, {"a": rate}, {"a": 2.0}) is not None) is due

@@ -1,0 +1,282 @@
+"""`vigil bench cluster`: Vigil's scheduler, backends and routers on a real Ray cluster
+of several nodes on this machine.
+
+A `ray.cluster_utils.Cluster` on loopback: a head and `nodes` worker nodes, each with
+`gpus_per_node` logical GPUs and Ray's health checks tuned to notice a lost node in
+about two seconds. On it: the global scheduler (a detached actor), one backend per
+logical GPU (a detached actor pinned to its node, executing with the sleep executor:
+l(b) from the session's profile, so that two cores can host a cluster of many), and in
+this process a router that sends Poisson arrivals of every session, in ticks.
+
+The workload is the simulation's (bench/cluster_sim.py): sessions of GPU-like model
+kinds, rates drawn heavy-tailed and scaled to a lower bound of `load_devices`. Its
+profiles and SLOs are stretched by `time_scale` (and so its rates shrink by as much):
+at a GPU's own pace, six devices' worth of load is thousands of requests a second,
+more than one router and a Ray cluster on two cores can carry. Each request also
+crosses Ray twice, so the planner is given each SLO less `OVERHEAD_MS`. Three phases, back to back:
+
+- steady: devices used against the lower bound, and attainment (requests within their
+  SLO over all sent; drops, late results and lost requests count as misses);
+- a 2x rate step on half the sessions: attainment over the phase, and the time from
+  the step until every one-second window is at 0.99 again (`reconverge_s`);
+- failover: the node with the most backends is killed; the time until every window
+  is at 0.99 again (`failover_s`), the requests failed fast as `backend_lost`, and
+  `lost_events`: requests that never got any outcome (that hung).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from bench.cluster_sim import SimOptions, run_sim, trace
+from engine.epochs import EpochPolicy
+from engine.placement import Workload
+
+OVERHEAD_MS = 40.0  # of each SLO, kept for Ray's two crossings and the router's tick
+TICK_S = 0.02
+WINDOW_S = 1.0
+TARGET = 0.99
+
+
+@dataclass(frozen=True)
+class ClusterBenchOptions:
+    nodes: int = 4
+    gpus_per_node: int = 4
+    load_devices: float = 6.0  # the workload's lower bound, in devices
+    sessions_per_device: float = 1.0
+    time_scale: float = 10.0  # the simulation's profiles and SLOs (50-200 ms) times this
+    steady_s: float = 12.0
+    step_s: float = 15.0
+    failover_s: float = 12.0
+    beacon_s: float = 0.5
+    seed: int = 0
+    sim_devices: tuple[int, ...] = (16, 100, 1000)
+
+    def __post_init__(self) -> None:
+        if not (2 <= self.nodes <= 16 and 1 <= self.gpus_per_node <= 16):
+            raise ValueError("nodes must be 2 to 16 and gpus_per_node 1 to 16")
+        if not (0 < self.load_devices <= self.nodes * self.gpus_per_node):
+            raise ValueError(f"load_devices must be in (0, {self.nodes * self.gpus_per_node}]")
+        for name in ("steady_s", "step_s", "failover_s"):
+            if not (1.0 <= getattr(self, name) <= 600):
+                raise ValueError(f"{name} must be in [1, 600]")
+
+
+class Traffic:
+    """Poisson arrivals of every session through a router, in ticks, on a thread; every
+    request's send time and outcome kept for attainment by window."""
+
+    def __init__(self, router, workloads: list[Workload], slo_ms: dict[str, float], seed: int) -> None:
+        self.router = router
+        self.rates = {w.session: w.rate_rps for w in workloads}
+        self.slo_ms = slo_ms
+        self.rng = np.random.default_rng(seed)
+        self.t0 = time.monotonic()
+        self._lock = threading.Lock()
+        self.sent: list[tuple[float, str]] = []  # (send time, session) by request id
+        self.done: dict[int, tuple[float, str]] = {}  # request id -> (finish time, outcome)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="traffic", daemon=True)
+        self._thread.start()
+
+    def now(self) -> float:
+        return time.monotonic() - self.t0
+
+    def set_rate(self, session: str, rate_rps: float) -> None:
+        with self._lock:
+            self.rates[session] = rate_rps
+
+    def _run(self) -> None:
+        next_tick = time.monotonic()
+        while not self._stop.is_set():
+            with self._lock:
+                rates = dict(self.rates)
+            for session, rate in rates.items():
+                n = int(self.rng.poisson(rate * TICK_S))
+                if not n:
+                    continue
+                now = self.now()
+                with self._lock:
+                    first = len(self.sent)
+                    self.sent.extend((now, session) for _ in range(n))
+                items = [(first + i, self.slo_ms[session]) for i in range(n)]
+                for (rid, _), fut in zip(items, self.router.submit(session, items)):
+                    fut.add_done_callback(lambda f, rid=rid: self._finished(rid, f.result()))
+            next_tick += TICK_S
+            time.sleep(max(0.0, next_tick - time.monotonic()))
+
+    def _finished(self, rid: int, outcome: str) -> None:
+        with self._lock:
+            self.done[rid] = (self.now(), outcome)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def attainment(self, start_s: float, end_s: float, session: str | None = None) -> tuple[float | None, Counter]:
+        """Within-SLO share of the requests sent in [start, end) (of one session, or
+        all), and their outcomes."""
+        with self._lock:
+            sent = list(enumerate(self.sent))
+            done = dict(self.done)
+        counts: Counter = Counter()
+        hits = total = 0
+        for rid, (t, of) in sent:
+            if not start_s <= t < end_s or (session is not None and of != session):
+                continue
+            total += 1
+            finished = done.get(rid)
+            if finished is None:
+                counts["no_outcome"] += 1
+                continue
+            counts[finished[1]] += 1
+            hits += finished[1] == "ok" and (finished[0] - t) * 1000.0 <= self.slo_ms[of]
+        return (round(hits / total, 5) if total else None), counts
+
+    def settled_after(self, start_s: float, end_s: float) -> float | None:
+        """Seconds from `start_s` until every one-second window up to `end_s` is at the
+        target (None: never within the phase)."""
+        windows = [start_s + i * WINDOW_S for i in range(int((end_s - start_s) / WINDOW_S))]
+        ok = [(self.attainment(w, w + WINDOW_S)[0] or 0.0) >= TARGET for w in windows]
+        for i in range(len(ok)):
+            if all(ok[i:]):
+                return round(windows[i] - start_s, 2)
+        return None
+
+
+def _workload(options: ClusterBenchOptions) -> tuple[list[Workload], dict[str, float]]:
+    """The simulation's trace, SLOs lengthened; planned with the overhead taken off."""
+    sim = SimOptions(sessions_per_device=options.sessions_per_device, seed=options.seed)
+    base = trace(max(1, round(options.load_devices)), sim, np.random.default_rng(options.seed))
+    slo = {w.session: w.slo_ms * options.time_scale for w in base}
+    # rates for the planner's view of the SLO, scaled back to the lower bound asked for
+    planned = [Workload(w.session, w.rate_rps, slo[w.session] - OVERHEAD_MS, w.profile.scaled(options.time_scale))
+               for w in base]
+    from engine.placement import max_throughput_rps
+
+    bound = sum(w.rate_rps / max_throughput_rps(w, {}) for w in planned)
+    scale = options.load_devices / bound
+    return [Workload(w.session, w.rate_rps * scale, w.slo_ms, w.profile) for w in planned], slo
+
+
+def run_cluster_bench(options: ClusterBenchOptions, log: Callable[[str], None] = print) -> dict:
+    from cluster.local import local_cluster
+
+    log(f"starting a Ray cluster: a head and {options.nodes} nodes of {options.gpus_per_node} logical GPUs")
+    started = time.monotonic()
+    with local_cluster(options.nodes, options.gpus_per_node) as (cluster, nodes):
+        result = _phases(options, cluster, nodes, started, log)
+    log("simulation")
+    result["sim"] = run_sim(SimOptions(devices=options.sim_devices, seconds=2.0), log)["sim"]
+    return result
+
+
+def _phases(options: ClusterBenchOptions, cluster, nodes: list, started: float, log: Callable[[str], None]) -> dict:
+    import ray
+
+    from cluster.backend import BackendConfig, start_backend
+    from cluster.router import Router
+    from cluster.scheduler import scheduler_handle
+
+    router = traffic = None
+    try:
+        policy = EpochPolicy(beacon_s=options.beacon_s, epoch_s=30.0, min_epoch_s=3.0)
+        scheduler = scheduler_handle(policy)
+        node_ids = [n.node_id for n in nodes]
+        backends_of: dict[str, list[str]] = {}
+        for i, node_id in enumerate(node_ids):
+            for g in range(options.gpus_per_node):
+                device = f"n{i}g{g}"
+                start_backend(BackendConfig(device, beacon_s=options.beacon_s), node_id)
+                backends_of.setdefault(node_id, []).append(device)
+        workloads, slo = _workload(options)
+        for w in workloads:
+            ray.get(scheduler.add_session.remote(w))
+        _wait_for(lambda: len(ray.get(scheduler.plan.remote())["backends"]) == len(node_ids) * options.gpus_per_node,
+                  30.0, "every backend to register")
+        log(f"  cluster up in {time.monotonic() - started:.1f} s; {len(workloads)} sessions, "
+            f"{sum(w.rate_rps for w in workloads):.0f} requests/s")
+        router = Router(scheduler, "bench", refresh_s=0.1, report_s=options.beacon_s, rate_window_s=2.0)
+        traffic = Traffic(router, workloads, slo, options.seed)
+
+        # steady, then a 2x rate step on half the sessions, then a node killed; every
+        # phase is measured at the end, when every request sent has had its SLO to end
+        time.sleep(options.steady_s)
+        t_step = traffic.now()
+        steady_plan = ray.get(scheduler.plan.remote())
+        for w in workloads[::2]:
+            traffic.set_rate(w.session, 2 * w.rate_rps)
+        time.sleep(options.step_s)
+        t_fail = traffic.now()
+        plan = ray.get(scheduler.plan.remote())
+        busy = Counter()  # the node with the most sessions placed on it
+        for d in plan["devices"]:
+            busy[next(n for n, devs in backends_of.items() if d["device"] in devs)] += len(d["sessions"])
+        victim = busy.most_common(1)[0][0] if busy else node_ids[0]
+        cluster.remove_node(next(n for n in nodes if n.node_id == victim), allow_graceful=False)
+        time.sleep(options.failover_s)
+        t_end = traffic.now()
+        traffic.stop()
+        time.sleep(max(slo.values()) / 1000.0 + 1.0)
+
+        warm = min(3.0, options.steady_s / 3)
+        steady, steady_counts = traffic.attainment(warm, t_step)
+        log(f"  steady: {steady_plan['devices_used']} devices used, lower bound {steady_plan['lower_bound']}, "
+            f"attainment {steady} ({dict(steady_counts)})")
+        step, step_counts = traffic.attainment(t_step, t_fail)
+        reconverge = traffic.settled_after(t_step, t_fail)
+        by_session = {w.session: traffic.attainment(t_step, t_fail, w.session)[0] for w in workloads}
+        log(f"  2x step on {len(workloads[::2])} sessions: attainment {step}, re-converged after {reconverge} s "
+            f"({dict(step_counts)}); by session: {by_session}")
+        failover, fail_counts = traffic.attainment(t_fail, t_end)
+        failover_s = traffic.settled_after(t_fail, t_end)
+        _, all_counts = traffic.attainment(0.0, t_end)
+        windows = [traffic.attainment(t, t + WINDOW_S)[0] for t in np.arange(t_fail, t_end - WINDOW_S / 2, WINDOW_S)]
+        log(f"  node with {len(backends_of[victim])} backends killed: attainment {failover}, back at {TARGET} after "
+            f"{failover_s} s ({dict(fail_counts)}); by second: {windows}")
+        final_plan = ray.get(scheduler.plan.remote())
+    finally:
+        if traffic is not None:
+            traffic.stop()
+        if router is not None:
+            router.close()
+    used = steady_plan["devices_used"]
+    return {"nodes": options.nodes, "gpus_per_node": options.gpus_per_node, "sessions": len(workloads),
+            "devices_used": used, "devices_lower_bound": steady_plan["lower_bound"],
+            "efficiency": round(steady_plan["lower_bound"] / used, 4) if used else None,
+            "attainment": steady, "step_attainment": step, "reconverge_s": reconverge,
+            "failover_attainment": failover, "failover_s": failover_s,
+            "backend_lost": all_counts.get("backend_lost", 0), "lost_events": all_counts.get("no_outcome", 0),
+            "outcomes": dict(all_counts), "plans": [e["reason"] for e in final_plan["history"]], "lost_backends": final_plan["lost"],
+            "ray_serve_devices_used": None}
+
+
+def _wait_for(predicate: Callable[[], bool], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"timed out after {timeout_s:.0f} s waiting for {what}")
+        time.sleep(0.2)
+
+
+def format_cluster_report(result: dict) -> str:
+    keys = ("devices_used", "devices_lower_bound", "efficiency", "attainment", "step_attainment", "reconverge_s",
+            "failover_attainment", "failover_s", "backend_lost", "lost_events")
+    lines = ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys),
+             "| " + " | ".join(str(result.get(k)) for k in keys) + " |"]
+    sim = result["sim"]
+    lines += ["", "| simulated devices | efficiency | attainment |", "|---|---|---|"]
+    lines += [f"| {d} | {e} | {a} |" for d, e, a in zip(sim["devices"], sim["efficiency"], sim["attainment"])]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    import json
+
+    print(json.dumps(run_cluster_bench(ClusterBenchOptions()), indent=2))
