@@ -1,10 +1,18 @@
 """A benchmark's servers, each in a process of its own started the way a user starts
-it, with its output in a log file: up when its readiness URL answers 200."""
+it, with its output in a log file: up when its readiness URL answers 200.
+
+A server is told to end when its bench does (Linux's parent-death signal): a bench
+stopped with Ctrl-C or killed would otherwise leave a `vigil serve` running, and its
+two cores' worth of work would slow every bench after it.
+"""
 
 from __future__ import annotations
 
+import ctypes
+import signal
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -22,13 +30,21 @@ def free_ports(n: int) -> list[int]:
             s.close()
 
 
+def _end_with_parent() -> None:
+    """In the child before exec: SIGTERM when the thread that started it ends (on
+    Linux; a no-op elsewhere). Benches start servers from their main thread."""
+    if sys.platform.startswith("linux"):
+        PR_SET_PDEATHSIG = 1
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
 class Launched:
     def __init__(self, what: str, command: list[str], cwd: Path, log_path: Path, ready_url: str,
                  timeout_s: float, new_session: bool = False) -> None:
         self.what, self.log_path = what, log_path
         self.log = open(log_path, "w")
         self.proc = subprocess.Popen(command, cwd=cwd, stdout=self.log, stderr=subprocess.STDOUT,
-                                     start_new_session=new_session)
+                                     start_new_session=new_session, preexec_fn=_end_with_parent)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
