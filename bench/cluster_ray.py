@@ -36,7 +36,7 @@ import numpy as np
 
 from bench.cluster_sim import SimOptions, run_sim, trace
 from engine.epochs import EpochPolicy
-from engine.placement import Workload
+from engine.placement import Workload, max_throughput_rps
 
 OVERHEAD_MS = 40.0  # of each SLO, kept for Ray's two crossings and the router's tick
 TICK_S = 0.02
@@ -158,8 +158,6 @@ def _workload(options: ClusterBenchOptions) -> tuple[list[Workload], dict[str, f
     # rates for the planner's view of the SLO, scaled back to the lower bound asked for
     planned = [Workload(w.session, w.rate_rps, slo[w.session] - OVERHEAD_MS, w.profile.scaled(options.time_scale))
                for w in base]
-    from engine.placement import max_throughput_rps
-
     bound = sum(w.rate_rps / max_throughput_rps(w, {}) for w in planned)
     scale = options.load_devices / bound
     return [Workload(w.session, w.rate_rps * scale, w.slo_ms, w.profile) for w in planned], slo

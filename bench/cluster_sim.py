@@ -38,8 +38,7 @@ MAX_BATCH = 64
 
 def profile_of(kind: str) -> Profile:
     alpha, beta = KINDS[kind]
-    sizes = tuple(range(1, MAX_BATCH + 1))
-    return Profile(kind, "sim-gpu", sizes, tuple(alpha * b + beta for b in sizes), tuple(0.0 for _ in sizes))
+    return Profile.linear(alpha, beta, MAX_BATCH, kind, "sim-gpu")
 
 
 @dataclass(frozen=True)

@@ -26,9 +26,6 @@ from typing import Awaitable, Callable
 
 from engine.placement import Workload, largest_batch
 
-OUTCOMES = ("ok", "deadline", "not_here")  # not_here: a session this device does not run
-
-
 @dataclass
 class Job:
     request_id: int

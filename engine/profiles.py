@@ -74,6 +74,15 @@ class Profile:
         """Items per second at this batch size."""
         return batch * 1000.0 / self.latency_ms(batch)
 
+    @classmethod
+    def linear(cls, alpha_ms: float, beta_ms: float, max_batch: int, fragment_hash: str = "linear",
+               device_key: str = "model") -> "Profile":
+        """l(b) = alpha * b + beta ms at every batch size up to `max_batch`, with no
+        spread: a device that behaves as a model says (simulations and tests)."""
+        sizes = tuple(range(1, max_batch + 1))
+        return cls(fragment_hash, device_key, sizes, tuple(alpha_ms * b + beta_ms for b in sizes),
+                   tuple(0.0 for _ in sizes))
+
     def scaled(self, factor: float) -> "Profile":
         """The same profile with every latency multiplied: what the device gives now."""
         return Profile(self.fragment_hash, self.device_key, self.batch_sizes,

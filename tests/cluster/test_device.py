@@ -11,8 +11,7 @@ from engine.profiles import Profile
 
 
 def linear(alpha: float, beta: float, max_batch: int = 16) -> Profile:
-    sizes = tuple(range(1, max_batch + 1))
-    return Profile("p", "test", sizes, tuple(alpha * b + beta for b in sizes), tuple(0.0 for _ in sizes))
+    return Profile.linear(alpha, beta, max_batch, "p", "test")
 
 
 class Device:

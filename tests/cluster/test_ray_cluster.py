@@ -27,8 +27,7 @@ PLANNED_SLO_MS = 300.0  # the planner's view: Ray's crossings take the rest
 
 
 def linear(alpha: float, beta: float, max_batch: int = 32) -> Profile:
-    sizes = tuple(range(1, max_batch + 1))
-    return Profile("p", "test", sizes, tuple(alpha * b + beta for b in sizes), tuple(0.0 for _ in sizes))
+    return Profile.linear(alpha, beta, max_batch, "p", "test")
 
 
 def wait_for(predicate, timeout_s: float, what: str):

@@ -76,8 +76,7 @@ def test_a_policy_out_of_order_is_refused():
 
 # -- the global scheduler's state (engine/cluster.py) ------------------------------------------
 def _linear(alpha: float, beta: float) -> Profile:
-    sizes = tuple(range(1, 65))
-    return Profile("m", "test", sizes, tuple(alpha * b + beta for b in sizes), tuple(0.0 for _ in sizes))
+    return Profile.linear(alpha, beta, 64, "m", "test")
 
 
 def _cluster(devices: int = 4) -> GlobalScheduler:

@@ -16,9 +16,7 @@ from engine.profiles import Profile
 
 
 def linear(alpha: float, beta: float, max_batch: int = 64, name: str = "m") -> Profile:
-    """l(b) = alpha * b + beta ms at every batch size up to max_batch."""
-    sizes = tuple(range(1, max_batch + 1))
-    return Profile(name, "test", sizes, tuple(alpha * b + beta for b in sizes), tuple(0.0 for _ in sizes))
+    return Profile.linear(alpha, beta, max_batch, name, "test")
 
 
 GPUS = [Device(f"gpu{i}", memory_mb=12 * 1024) for i in range(5)]
