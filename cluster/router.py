@@ -56,6 +56,7 @@ class Router:
         self._arrived: Counter = Counter()
         self._pending: dict = {}  # object ref -> _Sent
         self._stop = threading.Event()
+        self._sent = threading.Event()  # set when _pending gains a call: the collector sleeps on it
         self.refresh()
         self._threads = [threading.Thread(target=self._refresher, name="router-refresh", daemon=True),
                          threading.Thread(target=self._collector, name="router-collect", daemon=True)]
@@ -105,6 +106,7 @@ class Router:
             ref = handles[device].submit.remote(session, [items[i] for i in idx])
             with self._lock:
                 self._pending[ref] = _Sent(device, [futures[i] for i in idx])
+            self._sent.set()
         return futures
 
     def lost(self, device: str) -> None:
@@ -116,6 +118,7 @@ class Router:
 
     def close(self) -> None:
         self._stop.set()
+        self._sent.set()
         for t in self._threads:
             t.join(timeout=5)
         with self._lock:
@@ -153,8 +156,10 @@ class Router:
         while not self._stop.is_set():
             with self._lock:
                 refs = list(self._pending)
+                if not refs:
+                    self._sent.clear()
             if not refs:
-                time.sleep(0.002)
+                self._sent.wait(0.1)  # nothing in flight: wait for a call rather than poll
                 continue
             ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0.005, fetch_local=True)
             for ref in ready:

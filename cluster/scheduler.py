@@ -127,7 +127,7 @@ class Scheduler:
                 totals[session] = totals.get(session, 0.0) + r
         for session, r in totals.items():
             self.core.report(session, r)
-        if self.core.sessions and not self.core.history:  # the first plan after a (re)start
+        if self.core.sessions and not self.core.plans:  # the first plan after a (re)start
             self.core.replan(self._now(), f"started with {len(self.handles)} backends")
         else:
             self.core.tick(self._now())

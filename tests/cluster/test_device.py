@@ -32,14 +32,19 @@ def run(coro):
     return asyncio.run(coro)
 
 
+async def drain(d: Device) -> None:
+    """Rounds until one runs nothing (every queue empty or dropped)."""
+    while await d.runner.round():
+        pass
+
+
 def test_queued_requests_run_in_batches_up_to_the_largest_that_fits():
     async def go():
         d = Device()
         w = Workload("s", 100.0, 100.0, linear(2.0, 8.0))  # B: 2 * l(b) <= 100 -> b <= 21, capped at 16
         d.runner.apply(50.0, {"s": (w, 4)})
         futures = d.runner.submit("s", [(i, 100.0) for i in range(20)])
-        while await d.runner.round():
-            pass
+        await drain(d)
         return d, [f.result() for f in futures]
 
     d, outcomes = run(go())
@@ -57,8 +62,7 @@ def test_early_drop_takes_the_oldest_that_cannot_make_it():
         w = Workload("s", 10.0, 200.0, linear(5.0, 10.0))
         d.runner.apply(100.0, {"s": (w, 16)})
         futures = d.runner.submit("s", [(i, 100.0) for i in range(30)])
-        while await d.runner.round():
-            pass
+        await drain(d)
         return d, [f.result() for f in futures]
 
     d, outcomes = run(go())
@@ -83,8 +87,7 @@ def test_a_session_taken_off_the_table_still_runs_what_it_had_queued():
         queued = d.runner.submit("s", [(i, 1000.0) for i in range(3)])
         d.runner.apply(50.0, {})  # the scheduler moved it elsewhere
         later = d.runner.submit("s", [(9, 1000.0)])
-        while await d.runner.round():
-            pass
+        await drain(d)
         return [f.result() for f in queued + later], d.runner.queues
 
     outcomes, queues = run(go())
