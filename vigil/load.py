@@ -3,13 +3,20 @@
 After every block, each app's worker reports how many frames it sampled and how many
 of them the engine shed (dropped for a deadline or a full queue). An app becomes
 `overloaded` when a recent share of its frames (an EWMA) above `OVERLOADED_AT` is shed,
-or its rate is lowered, and stops being so once under `CALM_AT` at its full rate. An app that
-declares `min_fps` has its sampled rate lowered, multiplicatively, toward that floor
-while it or any app of equal or higher priority is shedding, and raised back slowly
-once they have all been calm for a while (AIMD, as in VideoStorm's and Chameleon's
-frame-rate degradation): a low-priority app gives up frames at admission, before any
-decode-side or device work is spent on them, so that fewer frames are dropped late.
-Higher priorities feel only each other's pressure, so the lowest degrade first.
+or its rate is lowered, and stops being so once under `CALM_AT` at its full rate.
+
+An app that declares `min_fps` has its sampled rate controlled as TCP controls its
+window (AIMD, as in VideoStorm's and Chameleon's frame-rate degradation): when it or an
+app of equal or higher priority has just shed frames, its rate is multiplied by
+`DECREASE`, at most once per `HOLD_S` (the frames sampled before the cut take about that
+long to come back, so one congestion episode cuts once); once `HOLD_S` has passed with
+no such shed, the rate grows by `INCREASE_PER_S` of its full rate per second. So the
+sum of the rates probes the device's capacity and settles just under it, whatever that
+capacity is on this machine. A proportional cut (by the share shed) and an increase
+split among the apps both measured worse: startup stalls cut the rates to their floors
+and they came back too slowly. A low-priority app gives up frames at admission, before
+decode-side or device work is spent on them. Higher priorities feel only each other's
+pressure, so the lowest degrade first.
 
 Pure logic behind a lock; the worker applies the rate to its sampler and counts the
 frames it no longer samples as shed (`rate`).
@@ -19,17 +26,18 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from dataclasses import dataclass
 from typing import Callable
 
 log = logging.getLogger("vigil.load")
 
 ALPHA = 0.3  # weight of one block in an app's shed share
-OVERLOADED_AT = 0.05  # shed share above which an app is overloaded (and lower ones degrade)
+OVERLOADED_AT = 0.05  # shed share above which an app is overloaded (and a block counts as shedding)
 CALM_AT = 0.01  # shed share under which an app counts as calm
-CALM_BLOCKS = 8  # calm blocks in a row before a degraded rate is raised again
-DECREASE = 0.8  # a degrading app's rate is multiplied by this per shedding block
-RECOVER = 0.05  # of its full rate, given back per calm block
+DECREASE = 0.9  # a degrading app's rate is multiplied by this per congestion episode
+HOLD_S = 2.0  # one cut per episode: a block plus a 1 s SLO pass before a cut shows in what is shed
+INCREASE_PER_S = 0.05  # of its full rate, given back per calm second
 
 
 @dataclass
@@ -39,8 +47,10 @@ class AppLoad:
     min_fps: float | None
     rate_fps: float
     shed_share: float = 0.0
-    calm_blocks: int = 0
     overloaded: bool = False
+    last_report: float | None = None
+    last_shed: float = float("-inf")  # when a block of its shed more than OVERLOADED_AT
+    last_cut: float = float("-inf")
 
     def to_dict(self) -> dict:
         return {"overloaded": self.overloaded, "shed_share": round(self.shed_share, 4),
@@ -48,14 +58,17 @@ class AppLoad:
 
 
 class LoadGovernor:
-    def __init__(self, on_change: Callable[[str, AppLoad], None] | None = None) -> None:
+    def __init__(self, on_change: Callable[[str, AppLoad], None] | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self._lock = threading.Lock()
         self._apps: dict[str, AppLoad] = {}
         self.on_change = on_change  # (app, its state) when overloaded starts or ends
+        self.clock = clock
 
     def report(self, app: str, priority: int, full_fps: float, min_fps: float | None, sampled: int,
                shed: int) -> float:
         """One block's outcome for `app`; returns the rate it should sample next."""
+        now = self.clock()
         with self._lock:
             state = self._apps.get(app)
             if state is None:
@@ -64,15 +77,14 @@ class LoadGovernor:
                 state.priority, state.full_fps, state.min_fps = priority, full_fps, min_fps
                 state.rate_fps = full_fps if min_fps is None else min(state.rate_fps, full_fps)
             if sampled > 0:
-                state.shed_share = (1 - ALPHA) * state.shed_share + ALPHA * min(1.0, shed / sampled)
-            pressure = max(s.shed_share for s in self._apps.values() if s.priority >= priority)
-            state.calm_blocks = state.calm_blocks + 1 if pressure < CALM_AT else 0
+                share = min(1.0, shed / sampled)
+                state.shed_share = (1 - ALPHA) * state.shed_share + ALPHA * share
+                if share > OVERLOADED_AT:
+                    state.last_shed = now
+            elapsed = 0.0 if state.last_report is None else max(0.0, now - state.last_report)
+            state.last_report = now
             if min_fps is not None:
-                floor = min(min_fps, full_fps)
-                if pressure > OVERLOADED_AT:
-                    state.rate_fps = max(floor, state.rate_fps * DECREASE)
-                elif state.calm_blocks >= CALM_BLOCKS:
-                    state.rate_fps = min(full_fps, state.rate_fps + RECOVER * full_fps)
+                self._steer(state, min(min_fps, full_fps), now, elapsed)
             # hysteresis: overloaded above OVERLOADED_AT, calm again only under CALM_AT at full rate
             limit = CALM_AT if state.overloaded else OVERLOADED_AT
             overloaded = state.shed_share > limit or state.rate_fps < full_fps
@@ -82,6 +94,16 @@ class LoadGovernor:
         if changed:
             self._say(app, state)
         return rate
+
+    def _steer(self, state: AppLoad, floor: float, now: float, elapsed: float) -> None:
+        """AIMD on the app's rate from the latest shedding of its priority or higher. Under lock."""
+        shed_at = max(s.last_shed for s in self._apps.values() if s.priority >= state.priority)
+        if now - shed_at < HOLD_S:
+            if shed_at >= state.last_cut + HOLD_S:  # a shed after the last cut had time to show
+                state.rate_fps = max(floor, state.rate_fps * DECREASE)
+                state.last_cut = now
+        else:
+            state.rate_fps = min(state.full_fps, state.rate_fps + INCREASE_PER_S * state.full_fps * elapsed)
 
     def _say(self, app: str, state: AppLoad) -> None:
         if state.overloaded:
