@@ -18,7 +18,9 @@ crosses Ray twice, so the planner is given each SLO less `OVERHEAD_MS`. Three ph
 - steady: devices used against the lower bound, and attainment (requests within their
   SLO over all sent; drops, late results and lost requests count as misses);
 - a 2x rate step on half the sessions: attainment over the phase, and the time from
-  the step until every one-second window is at 0.99 again (`reconverge_s`);
+  the step until every one-second window is at 0.99 again (`reconverge_s`). The phase
+  ends an SLO before the kill: requests sent later meet the kill in flight and count
+  in the failover;
 - failover: the node with the most backends is killed; the time until every window
   is at 0.99 again (`failover_s`), the requests failed fast as `backend_lost`, and
   `lost_events`: requests that never got any outcome (that hung).
@@ -139,14 +141,18 @@ class Traffic:
             hits += finished[1] == "ok" and (finished[0] - t) * 1000.0 <= self.slo_ms[of]
         return (round(hits / total, 5) if total else None), counts
 
+    def by_window(self, start_s: float, end_s: float) -> list[float | None]:
+        """Attainment in each whole one-second window from `start_s` to `end_s`."""
+        return [self.attainment(start_s + i * WINDOW_S, start_s + (i + 1) * WINDOW_S)[0]
+                for i in range(int((end_s - start_s) / WINDOW_S))]
+
     def settled_after(self, start_s: float, end_s: float) -> float | None:
         """Seconds from `start_s` until every one-second window up to `end_s` is at the
         target (None: never within the phase)."""
-        windows = [start_s + i * WINDOW_S for i in range(int((end_s - start_s) / WINDOW_S))]
-        ok = [(self.attainment(w, w + WINDOW_S)[0] or 0.0) >= TARGET for w in windows]
+        ok = [(a or 0.0) >= TARGET for a in self.by_window(start_s, end_s)]
         for i in range(len(ok)):
             if all(ok[i:]):
-                return round(windows[i] - start_s, 2)
+                return round(i * WINDOW_S, 2)
         return None
 
 
@@ -227,17 +233,20 @@ def _phases(options: ClusterBenchOptions, cluster, nodes: list, started: float, 
         steady, steady_counts = traffic.attainment(warm, t_step)
         log(f"  steady: {steady_plan['devices_used']} devices used, lower bound {steady_plan['lower_bound']}, "
             f"attainment {steady} ({dict(steady_counts)})")
-        step, step_counts = traffic.attainment(t_step, t_fail)
-        reconverge = traffic.settled_after(t_step, t_fail)
-        by_session = {w.session: traffic.attainment(t_step, t_fail, w.session)[0] for w in workloads}
+        # requests sent within an SLO of the kill meet it in flight: they count in failover
+        t_step_end = t_fail - max(slo.values()) / 1000.0
+        step, step_counts = traffic.attainment(t_step, t_step_end)
+        reconverge = traffic.settled_after(t_step, t_step_end)
+        by_session = {w.session: traffic.attainment(t_step, t_step_end, w.session)[0] for w in workloads}
+        step_windows = traffic.by_window(t_step, t_step_end)
         log(f"  2x step on {len(workloads[::2])} sessions: attainment {step}, re-converged after {reconverge} s "
-            f"({dict(step_counts)}); by session: {by_session}")
-        failover, fail_counts = traffic.attainment(t_fail, t_end)
+            f"({dict(step_counts)}); by session: {by_session}; by second: {step_windows}")
+        failover, fail_counts = traffic.attainment(t_step_end, t_end)
         failover_s = traffic.settled_after(t_fail, t_end)
         _, all_counts = traffic.attainment(0.0, t_end)
-        windows = [traffic.attainment(t, t + WINDOW_S)[0] for t in np.arange(t_fail, t_end - WINDOW_S / 2, WINDOW_S)]
+        failover_windows = traffic.by_window(t_fail, t_end)
         log(f"  node with {len(backends_of[victim])} backends killed: attainment {failover}, back at {TARGET} after "
-            f"{failover_s} s ({dict(fail_counts)}); by second: {windows}")
+            f"{failover_s} s ({dict(fail_counts)}); by second: {failover_windows}")
         final_plan = ray.get(scheduler.plan.remote())
     finally:
         if traffic is not None:
@@ -248,8 +257,8 @@ def _phases(options: ClusterBenchOptions, cluster, nodes: list, started: float, 
     return {"nodes": options.nodes, "gpus_per_node": options.gpus_per_node, "sessions": len(workloads),
             "devices_used": used, "devices_lower_bound": steady_plan["lower_bound"],
             "efficiency": round(steady_plan["lower_bound"] / used, 4) if used else None,
-            "attainment": steady, "step_attainment": step, "reconverge_s": reconverge,
-            "failover_attainment": failover, "failover_s": failover_s,
+            "attainment": steady, "step_attainment": step, "reconverge_s": reconverge, "step_windows": step_windows,
+            "failover_attainment": failover, "failover_s": failover_s, "failover_windows": failover_windows,
             "backend_lost": all_counts.get("backend_lost", 0), "lost_events": all_counts.get("no_outcome", 0),
             "outcomes": dict(all_counts), "plans": [e["reason"] for e in final_plan["history"]], "lost_backends": final_plan["lost"],
             "ray_serve_devices_used": None}

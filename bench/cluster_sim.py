@@ -119,15 +119,17 @@ def _run_device(queues: list, duty_ms: float, horizon_ms: float) -> int:
 
 def run_phases(workloads: list[Workload], pool: list[Device], max_occupancy: float, seconds: float,
                rng: np.random.Generator) -> dict:
-    """Steady, a rate step and a failure, each planned afresh and simulated."""
+    """Steady, a rate step and a failure, each planned from the steady plan (as the
+    scheduler plans from its last) and simulated."""
     steady = place(workloads, pool, max_occupancy=max_occupancy)
     stepped_ids = {w.session for w in workloads[: max(1, len(workloads) // 5)]}
     stepped = [Workload(w.session, w.rate_rps * (2 if w.session in stepped_ids else 1), w.slo_ms, w.profile)
                for w in workloads]
     lost = {d.device_id for d in steady.devices[: max(1, len(steady.devices) // 20)]}
     phases = {"steady": (steady, workloads),
-              "rate_step": (place(stepped, pool, max_occupancy=max_occupancy), stepped),
-              "failure": (place(workloads, [d for d in pool if d.device_id not in lost], max_occupancy=max_occupancy),
+              "rate_step": (place(stepped, pool, max_occupancy=max_occupancy, previous=steady), stepped),
+              "failure": (place(workloads, [d for d in pool if d.device_id not in lost], max_occupancy=max_occupancy,
+                                previous=steady),
                           workloads)}
     out = {}
     for name, (plan, load) in phases.items():

@@ -110,7 +110,7 @@ class GlobalScheduler:
                               w.memory_mb, w.prefix) for w in self.sessions.values()]
         self.planned_rps = {w.session: w.rate_rps for w in workloads}
         devices = [self.backends[d] for d in sorted(self.backends)]
-        self.placement = place(workloads, devices, self.prefixes, self.max_occupancy)
+        self.placement = place(workloads, devices, self.prefixes, self.max_occupancy, previous=self.placement)
         self.epochs.planned(now_s)
         self.plans += 1
         self.history.append(PlanEvent(now_s, reason, self.placement.devices_used, round(self.placement.lower_bound, 3),

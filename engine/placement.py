@@ -20,6 +20,12 @@ next), and at B one device serves T_max = B / l(B). So:
    prefix's batch would make the shorter cycle too slow for an SLO, the merge takes the
    longest cycle that keeps every session in time, if the device still fits.
 
+Given the `previous` placement, a plan changes as little as it can: a session's whole
+devices and residual node go back to the devices that ran it before when those are
+free, and a residual merges onto a device that ran it before when that fits, before
+any other. A backend then keeps the sessions it has loaded and the routers' tables
+stay as they were, so an epoch that only adjusts rates moves nothing.
+
 Sessions that share a prefix (a backbone several apps' models contain) declare it:
 their own profile is then their suffix, and a device runs the prefix once per cycle
 for all of them at their summed rate, which is what makes placing them together win.
@@ -177,7 +183,8 @@ def longest_duty_ms(w: Workload, prefixes: Mapping[str, Prefix], rate_rps: float
 
 
 def place(workloads: Sequence[Workload], devices: Sequence[Device],
-          prefixes: Mapping[str, Prefix] | None = None, max_occupancy: float = 1.0) -> Placement:
+          prefixes: Mapping[str, Prefix] | None = None, max_occupancy: float = 1.0,
+          previous: Placement | None = None) -> Placement:
     """Squishy bin packing of `workloads` onto `devices` (all of one kind, the kind the
     profiles were measured on). What does not fit is listed in `unplaced`.
 
@@ -194,6 +201,7 @@ def place(workloads: Sequence[Workload], devices: Sequence[Device],
     if missing:
         raise ValueError(f"prefixes named by sessions but not given: {missing}")
     free = list(devices)
+    hosts_before = _hosts(previous)
     plans: list[DevicePlan] = []
     unplaced: list[tuple[str, float]] = []
     residual: list[tuple[float, str, float, float]] = []  # (occupancy, session, rate, duty)
@@ -215,7 +223,7 @@ def place(workloads: Sequence[Workload], devices: Sequence[Device],
                 continue
             run_ms = full_latency_ms(w, prefixes, b)
             memory = w.memory_mb + (prefixes[w.prefix].memory_mb if w.prefix else 0.0)
-            device = free.pop(0)
+            device = _take(free, hosts_before.get(w.session, ()), hosts_before)
             if memory > device.memory_mb:
                 unplaced.append((w.session, per_device))
                 free.insert(0, device)
@@ -229,7 +237,8 @@ def place(workloads: Sequence[Workload], devices: Sequence[Device],
             residual.append((occupancy, w.session, rest, duty))
     nodes: list[tuple[Device, _Node]] = []
     for _, session, rate, duty in sorted(residual, key=lambda r: (-r[0], r[1])):
-        choice = _best_fit(nodes, session, rate, duty, by_session, prefixes, max_occupancy)
+        choice = _best_fit(nodes, session, rate, duty, by_session, prefixes, max_occupancy,
+                           set(hosts_before.get(session, ())))
         if choice is not None:
             node = nodes[choice[0]][1]
             node.duty_ms = choice[1]
@@ -239,7 +248,7 @@ def place(workloads: Sequence[Workload], devices: Sequence[Device],
             unplaced.append((session, rate))
             continue
         node = _Node(duty)
-        device = free.pop(0)
+        device = _take(free, hosts_before.get(session, ()), hosts_before)
         if node.memory_mb(by_session, prefixes, session) > device.memory_mb:
             unplaced.append((session, rate))
             free.insert(0, device)
@@ -253,11 +262,36 @@ def place(workloads: Sequence[Workload], devices: Sequence[Device],
     return Placement(tuple(plans), tuple(unplaced), lower_bound)
 
 
+def _hosts(placement: Placement | None) -> dict[str, list[str]]:
+    """Session -> the devices that ran it, in the placement's order."""
+    hosts: dict[str, list[str]] = {}
+    for plan in placement.devices if placement else ():
+        for a in plan.assignments:
+            hosts.setdefault(a.session, []).append(plan.device_id)
+    return hosts
+
+
+def _take(free: list[Device], preferred: Sequence[str], claimed: Mapping[str, list[str]]) -> Device:
+    """The first free device among `preferred` (ids), else the first free one that ran
+    nothing before (so as not to take another session's place), else the first free
+    one; removed from `free`."""
+    for device_id in preferred:
+        for i, device in enumerate(free):
+            if device.device_id == device_id:
+                return free.pop(i)
+    used = {d for ids in claimed.values() for d in ids}
+    for i, device in enumerate(free):
+        if device.device_id not in used:
+            return free.pop(i)
+    return free.pop(0)
+
+
 def _best_fit(nodes: list[tuple[Device, _Node]], session: str, rate: float, duty: float,
               workloads: Mapping[str, Workload], prefixes: Mapping[str, Prefix],
-              max_occupancy: float) -> tuple[int, float] | None:
-    """(node, its new duty cycle) where this residual adds the least busy share (the
-    fullest on ties), or None when it fits on none."""
+              max_occupancy: float, ran_here: set[str] = frozenset()) -> tuple[int, float] | None:
+    """(node, its new duty cycle) on a device in `ran_here` when one fits, else where
+    this residual adds the least busy share (the fullest on ties), or None when it fits
+    on none."""
     best, best_key = None, None
     for i, (device, node) in enumerate(nodes):
         if node.memory_mb(workloads, prefixes, session) > device.memory_mb:
@@ -267,7 +301,7 @@ def _best_fit(nodes: list[tuple[Device, _Node]], session: str, rate: float, duty
             continue
         after = node.cycle(workloads, prefixes, d, (session, rate))[0]
         before = node.cycle(workloads, prefixes, node.duty_ms)[0] / node.duty_ms
-        key = (after / d - before, -after / d)
+        key = (device.device_id not in ran_here, after / d - before, -after / d)
         if best_key is None or key < best_key:
             best, best_key = (i, d), key
     return best

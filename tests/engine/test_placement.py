@@ -130,6 +130,11 @@ def test_every_placement_holds_its_invariants(rows):
     assert check(plan, workloads, devices, prefixes) == []
     if all(w.prefix is None for w in workloads):  # l(b)/b falls with b: no device can beat the bound
         assert plan.devices_used >= plan.lower_bound - 1e-9
+    # planned again from this plan, at other rates and with a device lost
+    again = [Workload(w.session, w.rate_rps * (1.5 if i % 2 else 0.5), w.slo_ms, w.profile, w.memory_mb, w.prefix)
+             for i, w in enumerate(workloads)]
+    rest = [d for d in devices if not plan.devices or d.device_id != plan.devices[0].device_id]
+    assert check(place(again, rest, prefixes, previous=plan), again, rest, prefixes) == []
 
 
 def test_the_check_finds_a_broken_placement():
@@ -144,3 +149,47 @@ def test_the_check_finds_a_broken_placement():
     assert not any("placed or listed" in p for p in problems)
     short = Placement((), (("vgg16", 100.0),), 0.0)
     assert any("vgg16: 100.0 of 500.0 rps" in p for p in check(short, w, GPUS))
+
+
+def hosts(plan) -> dict[str, set[str]]:
+    out: dict[str, set[str]] = {}
+    for d in plan.devices:
+        for a in d.assignments:
+            out.setdefault(a.session, set()).add(d.device_id)
+    return out
+
+
+def test_a_replan_keeps_every_session_where_it_ran():
+    """One session steps from two whole devices to three: planned afresh, every session
+    after it by name shifts to another device; given the previous plan, none moves and
+    the step takes a device that was free."""
+    devices = [Device(f"gpu{i}") for i in range(8)]
+    t_max = max_throughput_rps(Workload("x", 1.0, 200.0, VGG16), {})
+    sessions = [Workload("a", 2.0 * t_max, 200.0, VGG16), Workload("b", 1.0 * t_max, 200.0, VGG16),
+                Workload("c", 0.4 * t_max, 200.0, VGG16), Workload("d", 50.0, 100.0, VGG_S)]
+    first = place(sessions, devices)
+    stepped = [Workload("a", 3.0 * t_max, 200.0, VGG16), *sessions[1:]]
+    afresh = place(stepped, devices)
+    sticky = place(stepped, devices, previous=first)
+    assert check(sticky, stepped, devices) == []
+    assert sticky.devices_used == afresh.devices_used
+    before, after = hosts(first), hosts(sticky)
+    assert hosts(afresh)["b"] != before["b"]  # what the previous plan is there to prevent
+    for session in ("b", "c", "d"):
+        assert after[session] == before[session], (session, before, after)
+    assert before["a"] < after["a"] and len(after["a"]) == 3
+
+
+def test_a_lost_device_moves_only_its_own_sessions():
+    devices = [Device(f"gpu{i}") for i in range(6)]
+    sessions = [Workload(f"s{i}", 60.0 + 25 * i, 200.0, VGG16) for i in range(5)]
+    first = place(sessions, devices)
+    lost = first.devices[0].device_id
+    on_lost = {a.session for a in first.devices[0].assignments}
+    rest = [d for d in devices if d.device_id != lost]
+    again = place(sessions, rest, previous=first)
+    assert check(again, sessions, rest) == []
+    before, after = hosts(first), hosts(again)
+    for session in before:
+        if session not in on_lost:
+            assert before[session] <= after[session], (session, before, after)
