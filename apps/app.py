@@ -4,7 +4,8 @@ The app never runs a model itself, nor picks its frames: the stream's runner sam
 frames at the app's rate, gets their detections (from a detector or the engine's
 batches) and hands them to `observe`, which tracks them and applies lines and zones.
 
-Per frame: keep detections above `min_confidence` -> track all classes -> each track's
+Per frame: keep detections above `min_confidence` (or their class's `min_score`) that
+pass their class's size and shape filters and lie outside the object masks -> track all classes -> each track's
 class is its majority vote -> count only the app's classes on lines and zones.
 
 A classifier's answer (`Classes`) is kept per frame as the app's `top_k` best classes;
@@ -20,6 +21,7 @@ import numpy as np
 
 from apps.counting import LineCounter, ZoneMonitor
 from apps.events import Event
+from apps.filters import DetectionFilter
 from apps.spec import AppSpec
 from apps.tracking import Tracker
 from engine.classes import Classes
@@ -61,9 +63,11 @@ class App:
     frame_class: str | None = None  # a classifier's best class at min_confidence, as last changed
     class_frames: dict[str, int] = field(default_factory=dict)  # frames of each best class
     last_classes: list[tuple[str, float]] = field(default_factory=list)
+    filter: DetectionFilter = field(init=False)
 
     def __post_init__(self) -> None:
         spec = self.spec
+        self.filter = DetectionFilter(spec, self.labels, self.frame_size)
         scale = np.array(self.frame_size, np.float64)
         fps = min(spec.fps, self.stream_fps) if spec.fps else self.stream_fps
         self.tracker = Tracker(spec.tracker, fps=fps)
@@ -104,6 +108,7 @@ class App:
             old = zones.get(name)
             keep = old is not None and old.polygon.shape == polygon.shape and np.allclose(old.polygon, polygon)
             self.zones.append(old if keep else ZoneMonitor(name, polygon))
+        self.filter = DetectionFilter(spec, self.labels, self.frame_size)
         self.spec = spec
 
     def observe(self, block: FrameBlock, detections: list[Detections],
@@ -140,7 +145,7 @@ class App:
         t_ms = result.pts_ms
         self.num_frames += 1
         result.detections = dets
-        dets = dets[dets.confidence >= self.spec.min_confidence]
+        dets = self.filter(dets)
         self.num_detections += int(np.isin(dets.class_id, self._wanted).sum())
         tracked = self.tracker.update(dets, t_ms)
         events: list[Event] = []

@@ -28,7 +28,10 @@ NAME_PATTERN = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")  # matched whole (fullmat
 NAME_RULE = "lowercase letters, digits, '-' or '_' (at most 64, starting with a letter or digit)"
 MAX_SHOWN_CHARS = 200  # a value echoed in an error message is cut to this
 # fields a running app may change (PATCH): the rest change what it tracks, so it restarts
+# (not filters and masks: the classes they may name depend on the app's detector, which a
+# PATCH body does not carry, so the PATCH schema could not state what is accepted)
 LIVE_FIELDS = ("slo_ms", "fps", "lines", "zones", "priority", "min_confidence")
+EVERY_CLASS = "*"  # a `filters` key: the filter of each class without its own
 MAX_SLO_MS = 600_000  # ten minutes: the longest latency target any request may ask for
 
 # Lines and zones are checked by validators that name the problem in words; their JSON
@@ -92,6 +95,44 @@ class SkipOptions(BaseModel):
     max_skip_s: float = Field(2.0, gt=0, le=3600, description="analyse at least this often anyway")
 
 
+class ClassFilter(BaseModel):
+    """What a detection of a class must be to count: its box's size and shape, as shares
+    of the frame (so one filter fits every resolution), and its score. A minimum over
+    its maximum is not refused (the OpenAPI schema, which states every rule the server
+    enforces, cannot compare two fields): that class then keeps no detection, and the
+    app's quiet warning says so after `quiet_after_s`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, strict=True)
+
+    min_area: float = Field(0.0, ge=0, le=1, description="smallest box area, as a share of the frame's area")
+    max_area: float = Field(1.0, gt=0, le=1, description="largest box area, as a share of the frame's area")
+    min_ratio: float = Field(0.0, ge=0, le=100, description="smallest box width / height, in pixels")
+    max_ratio: float = Field(100.0, gt=0, le=100, description="largest box width / height, in pixels")
+    min_score: float | None = Field(None, ge=0, le=1, description="this class's confidence floor "
+                                                                  "(the app's min_confidence when omitted)")
+
+
+class ObjectMask(BaseModel):
+    """A polygon where detections (of `classes`, or of every class) are ignored: a
+    detection is inside when its box's bottom centre is, where an object touches the
+    ground (Frigate's rule), so a parked car's lot can be masked without hiding the
+    people who walk past in front of it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)  # points: StrictFloat
+
+    polygon: Zone
+    classes: list[Annotated[str, Field(max_length=64)]] | None = Field(
+        None, max_length=256, description="the classes it hides; every class when omitted")
+
+    @field_validator("polygon")
+    @classmethod
+    def _polygon(cls, v: list[Point]) -> list[Point]:
+        if len(v) < 3:
+            raise ValueError(f"a mask needs at least 3 points; has {len(v)}")
+        _check_points("mask", v)
+        return v
+
+
 _HOSTS = sorted(HOST_DETECTORS)
 # The rules between fields (the validator below), as JSON Schema says them
 _CROSS_FIELD_RULES = [
@@ -102,6 +143,9 @@ _CROSS_FIELD_RULES = [
     *({"if": {"required": ["detector"], "properties": {"detector": {"const": name}}},
        "then": {"properties": {"classes": {"anyOf": [{"type": "array", "items": {"enum": list(info.labels)}},
                                                       {"type": "null"}]},
+                               "filters": {"propertyNames": {"enum": [*info.labels, EVERY_CLASS]}},
+                               "masks": {"items": {"properties": {"classes": {"anyOf": [
+                                   {"type": "array", "items": {"enum": list(info.labels)}}, {"type": "null"}]}}}},
                                "detector_options": info.options.model_json_schema()}}}
       for name, info in HOST_DETECTORS.items()),
 ]
@@ -144,6 +188,12 @@ class AppSpec(BaseModel):
     skip_static: SkipOptions | None = Field(None, description="skip inference on frames that did not change")
     select: Literal["fixed", "adaptive"] = Field("fixed", description="adaptive: the engine picks among the "
                                                  "model's versions by load (fast under load, accurate otherwise)")
+    filters: dict[Annotated[str, Field(max_length=64)], ClassFilter] = Field(
+        default_factory=dict, max_length=256,
+        description=f"per class (or {EVERY_CLASS!r} for every class without its own): the size, shape and score "
+                    "a detection needs to count")
+    masks: list[ObjectMask] = Field(default_factory=list, max_length=32,
+                                    description="object masks: polygons where detections are ignored")
 
     @field_validator("name")
     @classmethod
@@ -182,7 +232,7 @@ class AppSpec(BaseModel):
     def _classes_known(self) -> "AppSpec":
         host = HOST_DETECTORS.get(self.detector)
         if host is not None:
-            for c in self.classes or []:
+            for c in self.named_classes:
                 if c not in host.labels:
                     raise ValueError(f"classes: {c!r} is not produced by detector {self.detector!r} "
                                      f"(it produces {list(host.labels)})")
@@ -197,6 +247,13 @@ class AppSpec(BaseModel):
     @property
     def host_detector(self) -> bool:
         return self.detector in HOST_DETECTORS
+
+    @property
+    def named_classes(self) -> list[str]:
+        """Every class the spec names (classes, filters, masks): each must be a label of its detector."""
+        named = list(self.classes or []) + [c for c in self.filters if c != EVERY_CLASS]
+        named += [c for m in self.masks for c in m.classes or []]
+        return list(dict.fromkeys(named))
 
 
 def _check_points(what: str, points) -> None:

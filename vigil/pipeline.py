@@ -93,7 +93,7 @@ def build_runners(specs: list[AppSpec], engine: Engine, stream_id: str, size: tu
             labels = _labels_of(spec, engine)
         except LookupError as exc:
             raise RunError(f"app {spec.name!r}: {exc}") from None
-        wrong = unknown_classes(spec.classes, spec.detector, labels)
+        wrong = unknown_classes(spec.named_classes, spec.detector, labels)
         if wrong:
             raise RunError(f"app {spec.name!r}: {wrong}")
         host = None

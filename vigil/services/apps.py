@@ -154,7 +154,7 @@ class AppService:
         if spec.source not in self.streams.workers:
             raise NotFound(f"source: no stream {spec.source!r}; streams: {sorted(self.streams.workers)}")
         if not spec.host_detector:
-            self.models.check_detector(spec.detector, spec.classes)
+            self.models.check_detector(spec.detector, spec.named_classes)
 
     def _attach(self, spec: AppSpec) -> None:
         """Under the lock."""
