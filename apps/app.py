@@ -76,6 +76,8 @@ class App:
         self.zones = [ZoneMonitor(name, np.array(poly, np.float64) * scale) for name, poly in spec.zones.items()]
         wanted = spec.classes if spec.classes is not None else list(self.labels)
         self._wanted = np.array([self.labels.index(c) for c in wanted], np.int64)
+        self._loiterers = None if spec.loiter_classes is None else \
+            np.array([self.labels.index(c) for c in spec.loiter_classes], np.int64)
 
     @property
     def name(self) -> str:
@@ -165,9 +167,13 @@ class App:
                 events.append(self._event("line_cross", t_ms, c.track_id, c.class_id,
                                           line=line.name, direction=c.direction))
         for zone in self.zones:
-            entered, exited = zone.update(mine)
+            entered, exited = zone.update(mine, t_ms)
             events += [self._event("zone_enter", t_ms, tid, cid, zone=zone.name) for tid, cid in entered]
-            events += [self._event("zone_exit", t_ms, tid, cid, zone=zone.name) for tid, cid in exited]
+            events += [self._event("zone_exit", t_ms, tid, cid, zone=zone.name, dwell_ms=round(stay, 3))
+                       for tid, cid, stay in exited]
+            if self.spec.loiter_s is not None:
+                events += [self._event("zone_dwell", t_ms, tid, cid, zone=zone.name, dwell_ms=round(stay, 3))
+                           for tid, cid, stay in zone.loiterers(t_ms, self.spec.loiter_s * 1000.0, self._loiterers)]
         events += self._end_stale_tracks(t_ms)
         result.tracked = mine
         return events
@@ -177,15 +183,22 @@ class App:
         horizon = self.spec.tracker.lost_track_s * 1000.0
         for tid in [t for t, s in self.tracks.items() if everything or t_ms - s.last_ms > horizon]:
             state = self.tracks.pop(tid)
+            dwell: dict[str, float] = {}
             for zone in self.zones:
-                if zone.end_track(tid) is not None:
-                    events.append(self._event("zone_exit", state.last_ms, tid, state.class_id, zone=zone.name))
+                stay = state.last_ms - zone.since_ms[tid] if tid in zone.inside else None
+                cid, total = zone.end_track(tid, state.last_ms)
+                if cid is not None:
+                    events.append(self._event("zone_exit", state.last_ms, tid, state.class_id, zone=zone.name,
+                                              dwell_ms=round(max(0.0, stay), 3)))
+                if total > 0:
+                    dwell[zone.name] = round(total, 3)
             for line in self.lines:
                 line.forget(tid)
             self.tracker.forget(tid)
             if state.started:
                 events.append(self._event("track_end", state.last_ms, tid, state.class_id,
-                                          duration_ms=round(state.last_ms - state.first_ms, 3)))
+                                          duration_ms=round(state.last_ms - state.first_ms, 3),
+                                          **({"dwell_ms": dwell} if dwell else {})))
         return events
 
     def finish(self) -> list[Event]:

@@ -5,6 +5,11 @@ passes within the segment's ends. A dead band of `margin_px` either side of the 
 ignores jitter: the side only changes once the centre is clearly across, so a box
 wobbling on the line is counted once, not many times. Zones contain a track when its
 bottom centre (foot point) is inside.
+
+A zone also keeps time: when each track inside entered (the stream time of the first
+frame it was seen inside), and its dwell, summed over its stays, until the track ends.
+A stay ends at the first frame the track is seen outside, or at the last frame it was
+seen at all when it ends inside.
 """
 
 from __future__ import annotations
@@ -87,10 +92,15 @@ class ZoneMonitor:
     polygon: np.ndarray  # [K, 2] pixels
     inside: dict[int, int] = field(default_factory=dict)  # track -> class, currently inside
     num_entered: int = 0
+    since_ms: dict[int, float] = field(default_factory=dict)  # track inside -> when it entered
+    dwelt_ms: dict[int, float] = field(default_factory=dict)  # track -> its finished stays, summed
+    loitered: set[int] = field(default_factory=set)  # tracks whose zone_dwell was said, this stay
 
-    def update(self, tracked: Detections) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
-        """Returns (entered, exited) lists of (track_id, class_id) for this frame. A track
-        absent from this frame keeps its state: it may only be occluded."""
+    def update(self, tracked: Detections, t_ms: float = 0.0) -> tuple[list[tuple[int, int]],
+                                                                      list[tuple[int, int, float]]]:
+        """Returns (entered, exited) for this frame: (track_id, class_id) and, for those
+        that left, (track_id, class_id, the stay's dwell in ms). A track absent from this
+        frame keeps its state: it may only be occluded."""
         entered, exited = [], []
         if len(tracked) == 0:
             return entered, exited
@@ -99,16 +109,38 @@ class ZoneMonitor:
             tid, cid = int(tid), int(cid)
             if is_in and tid not in self.inside:
                 self.inside[tid] = cid
+                self.since_ms[tid] = t_ms
                 self.num_entered += 1
                 entered.append((tid, cid))
             elif not is_in and tid in self.inside:
                 del self.inside[tid]
-                exited.append((tid, cid))
+                exited.append((tid, cid, self._leave(tid, t_ms)))
         return entered, exited
 
-    def end_track(self, track_id: int) -> int | None:
-        """Forget a finished track; returns its class if it was inside (it exits)."""
-        return self.inside.pop(track_id, None)
+    def _leave(self, track_id: int, t_ms: float) -> float:
+        stay = max(0.0, t_ms - self.since_ms.pop(track_id, t_ms))
+        self.dwelt_ms[track_id] = self.dwelt_ms.get(track_id, 0.0) + stay
+        self.loitered.discard(track_id)
+        return stay
+
+    def loiterers(self, t_ms: float, loiter_ms: float, classes: np.ndarray | None = None) -> list[tuple[int, int, float]]:
+        """(track_id, class_id, dwell ms) of the tracks inside whose stay has just reached
+        `loiter_ms` (of `classes`, or any): each once per stay."""
+        out = []
+        for tid, cid in self.inside.items():
+            stay = t_ms - self.since_ms.get(tid, t_ms)
+            if stay >= loiter_ms and tid not in self.loitered and (classes is None or cid in classes):
+                self.loitered.add(tid)
+                out.append((tid, cid, stay))
+        return out
+
+    def end_track(self, track_id: int, t_ms: float = 0.0) -> tuple[int | None, float]:
+        """Forget a finished track: (its class if it was inside, and so exits, else None;
+        its whole dwell in the zone in ms, its stay now ended included)."""
+        cid = self.inside.pop(track_id, None)
+        if cid is not None:
+            self._leave(track_id, t_ms)
+        return cid, self.dwelt_ms.pop(track_id, 0.0)
 
     def occupancy(self) -> dict[int, int]:
         counts: dict[int, int] = {}

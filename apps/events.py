@@ -1,4 +1,5 @@
-"""Events an app emits: track_start, track_end, line_cross, zone_enter, zone_exit;
+"""Events an app emits: track_start, track_end, line_cross, zone_enter, zone_exit,
+zone_dwell (a track's stay in a zone reached the app's `loiter_s`);
 class_change when a classifier's best class changes (track_id -1, class the new one);
 and model_selected when adaptive selection moves an app to another model version
 (track_id -1, class "")."""
@@ -8,7 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-EVENT_TYPES = ("track_start", "track_end", "line_cross", "zone_enter", "zone_exit", "class_change", "model_selected")
+EVENT_TYPES = ("track_start", "track_end", "line_cross", "zone_enter", "zone_exit", "zone_dwell", "class_change",
+               "model_selected")
 
 
 @dataclass(frozen=True)
@@ -19,7 +21,7 @@ class Event:
     t_ms: float  # stream time
     track_id: int
     cls: str
-    data: dict[str, Any] = field(default_factory=dict)  # line+direction, zone, duration_ms
+    data: dict[str, Any] = field(default_factory=dict)  # line+direction, zone, duration_ms, dwell_ms
 
     def __post_init__(self) -> None:
         if self.type not in EVENT_TYPES:

@@ -30,7 +30,7 @@ MAX_SHOWN_CHARS = 200  # a value echoed in an error message is cut to this
 # fields a running app may change (PATCH): the rest change what it tracks, so it restarts
 # (not filters and masks: the classes they may name depend on the app's detector, which a
 # PATCH body does not carry, so the PATCH schema could not state what is accepted)
-LIVE_FIELDS = ("slo_ms", "fps", "lines", "zones", "priority", "min_confidence")
+LIVE_FIELDS = ("slo_ms", "fps", "lines", "zones", "priority", "min_confidence", "loiter_s")
 EVERY_CLASS = "*"  # a `filters` key: the filter of each class without its own
 MAX_SLO_MS = 600_000  # ten minutes: the longest latency target any request may ask for
 
@@ -144,6 +144,8 @@ _CROSS_FIELD_RULES = [
        "then": {"properties": {"classes": {"anyOf": [{"type": "array", "items": {"enum": list(info.labels)}},
                                                       {"type": "null"}]},
                                "filters": {"propertyNames": {"enum": [*info.labels, EVERY_CLASS]}},
+                               "loiter_classes": {"anyOf": [{"type": "array", "items": {"enum": list(info.labels)}},
+                                                            {"type": "null"}]},
                                "masks": {"items": {"properties": {"classes": {"anyOf": [
                                    {"type": "array", "items": {"enum": list(info.labels)}}, {"type": "null"}]}}}},
                                "detector_options": info.options.model_json_schema()}}}
@@ -188,6 +190,11 @@ class AppSpec(BaseModel):
     skip_static: SkipOptions | None = Field(None, description="skip inference on frames that did not change")
     select: Literal["fixed", "adaptive"] = Field("fixed", description="adaptive: the engine picks among the "
                                                  "model's versions by load (fast under load, accurate otherwise)")
+    loiter_s: float | None = Field(None, gt=0, le=86_400, strict=True,
+                                   description="a zone_dwell event when a track has stayed this long in one of "
+                                               "the app's zones (once per stay); none when omitted")
+    loiter_classes: list[Annotated[str, Field(max_length=64)]] | None = Field(
+        None, max_length=256, description="the classes loiter_s applies to; every class of the app when omitted")
     filters: dict[Annotated[str, Field(max_length=64)], ClassFilter] = Field(
         default_factory=dict, max_length=256,
         description=f"per class (or {EVERY_CLASS!r} for every class without its own): the size, shape and score "
@@ -252,7 +259,7 @@ class AppSpec(BaseModel):
     def named_classes(self) -> list[str]:
         """Every class the spec names (classes, filters, masks): each must be a label of its detector."""
         named = list(self.classes or []) + [c for c in self.filters if c != EVERY_CLASS]
-        named += [c for m in self.masks for c in m.classes or []]
+        named += [c for m in self.masks for c in m.classes or []] + list(self.loiter_classes or [])
         return list(dict.fromkeys(named))
 
 

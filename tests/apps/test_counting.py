@@ -66,7 +66,7 @@ def test_zone_enter_and_exit_by_foot_point():
     entered, exited = zone.update(make_detections([box_at(50, 80)], tracker_id=[7]))
     assert entered == [] and exited == []
     entered, exited = zone.update(make_detections([box_at(150, 80)], tracker_id=[7]))
-    assert exited == [(7, 0)]
+    assert exited == [(7, 0, 0.0)]
     assert zone.num_entered == 1 and zone.occupancy() == {}
 
 
@@ -75,7 +75,20 @@ def test_zone_keeps_occluded_track_inside_until_it_ends():
     zone.update(make_detections([box_at(50, 50)], [2], tracker_id=[3]))
     zone.update(make_detections([]))  # occluded: no detections this frame
     assert zone.occupancy() == {2: 1}
-    assert zone.end_track(3) == 2 and zone.occupancy() == {}
+    assert zone.end_track(3) == (2, 0.0) and zone.occupancy() == {}
+
+
+def test_a_zone_keeps_each_tracks_dwell_over_its_stays():
+    zone = ZoneMonitor("box", np.array([[0, 0], [100, 0], [100, 100], [0, 100]], np.float64))
+    inside, outside = make_detections([box_at(50, 50)], tracker_id=[4]), make_detections([box_at(150, 50)], tracker_id=[4])
+    zone.update(inside, 1000.0)
+    assert zone.loiterers(2500.0, 2000.0) == []
+    assert zone.update(outside, 2500.0) == ([], [(4, 0, 1500.0)])  # the first stay: 1.5 s
+    zone.update(inside, 4000.0)
+    assert zone.loiterers(6000.0, 2000.0) == [(4, 0, 2000.0)]  # this stay reached 2 s
+    assert zone.loiterers(7000.0, 2000.0) == []  # said once per stay
+    assert zone.loiterers(7000.0, 2000.0, np.array([1])) == []
+    assert zone.end_track(4, 7000.0) == (0, 4500.0)  # it ends inside: 1.5 s + 3 s
 
 
 @pytest.mark.parametrize("point, inside", [((5, 5), True), ((15, 5), False), ((9.9, 9.9), True), ((-1, 5), False)])

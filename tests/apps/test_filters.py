@@ -99,3 +99,4 @@ def test_a_live_min_confidence_reaches_the_filter():
     app = App(parse_spec(base), "cam", SIZE, 10.0, LABELS)
     app.reconfigure(parse_spec({**base, "min_confidence": 0.95}))
     assert feed(app, [[(70 + 4 * i, 50, 0)] for i in range(6)]) == []  # scores of 0.9 fall short now
+
