@@ -96,7 +96,7 @@ def answer_prompt(context: str, question: str) -> str:
 class Aggregate:
     """An exact figure from the event store that answers one question."""
 
-    kind: str  # "count" | "first" | "last" | "zone"
+    kind: str  # "count" | "first" | "last" | "zone" | "dwell"
     cls: str
     t_from_ms: float | None = None
     t_to_ms: float | None = None
@@ -105,6 +105,8 @@ class Aggregate:
     direction: str | None = None  # in | out | None (both)
     n: int = 0
     t_ms: float | None = None  # first / last seen
+    mean_s: float | None = None  # dwell: the stays' mean and longest, in whole seconds
+    max_s: float | None = None
 
     def context(self) -> str:
         span = f" from {clock(self.t_from_ms)} to {clock(self.t_to_ms)}" if self.t_from_ms is not None else ""
@@ -114,6 +116,8 @@ class Aggregate:
         if self.kind in ("first", "last"):
             t = clock(self.t_ms) if self.t_ms is not None else "never"
             return f"{self.kind} {self.cls}{span} = {t}"
+        if self.kind == "dwell":
+            return f"dwell {self.zone} {self.cls}{span} stays = {self.n} mean = {self.mean_s} s max = {self.max_s} s"
         return f"zone {self.zone} {self.cls}{span} present = {self.n}"
 
 
@@ -127,6 +131,11 @@ def answer_text(a: Aggregate) -> str:
         return f"the first {a.cls} appeared at {clock(a.t_ms)}." if a.t_ms is not None else f"no {a.cls} appeared{span}."
     if a.kind == "last":
         return f"the last {a.cls} was seen at {clock(a.t_ms)}." if a.t_ms is not None else f"no {a.cls} appeared{span}."
+    if a.kind == "dwell":
+        if not a.n:
+            return f"no {a.cls} left {a.zone}{span}."
+        return (f"{a.n} {noun(a.cls, a.n)} left {a.zone}{span} after {a.mean_s} s on average, "
+                f"the longest after {a.max_s} s.")
     if a.n:
         return f"yes, {a.n} {noun(a.cls, a.n)} {'was' if a.n == 1 else 'were'} in {a.zone}{span}."
     return f"no, no {a.cls} was in {a.zone}{span}."

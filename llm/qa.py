@@ -1,7 +1,7 @@
 """Grounded question answering over what the apps recorded.
 
 1. Parse the question: what is asked (a count across a line, the first or last
-   appearance of a class, presence in a zone), of which class, line or zone and
+   appearance of a class, presence in a zone, how long they stayed in one), of which class, line or zone and
    direction, and the time window ("between 0:05 and 0:20", "after 10:00",
    "in the last 5 minutes").
 2. Compute the exact aggregate from the event store (the events are the evidence).
@@ -34,7 +34,7 @@ FIGURE = re.compile(r"\d+(?::\d{2})*")
 
 @dataclass(frozen=True)
 class Question:
-    kind: str  # count | first | last | zone
+    kind: str  # count | first | last | zone | dwell
     cls: str
     line: str | None = None
     zone: str | None = None
@@ -96,9 +96,10 @@ def parse_question(text: str, lines: list[str], zones: list[str], latest_ms: flo
             direction = way.group(1) or ("in" if way.group(2) == "inbound" else "out")
         return Question("count", cls, line=line, direction=direction, t_from_ms=t_from, t_to_ms=t_to)
     if zone is not None:
-        return Question("zone", cls, zone=zone, t_from_ms=t_from, t_to_ms=t_to)
+        dwell = re.search(r"\bhow long\b|\bwait|\bstay|\bstood\b|\bspen[dt]\b|\bdwell|\bloiter", q)
+        return Question("dwell" if dwell else "zone", cls, zone=zone, t_from_ms=t_from, t_to_ms=t_to)
     raise ValueError("ask how many crossed a line (" + ", ".join(lines) + "), when the first or last one was seen, "
-                     "or whether one was in a zone (" + ", ".join(zones) + ")")
+                     "or whether one was in a zone, or how long they stayed there (" + ", ".join(zones) + ")")
 
 
 def _in_window(e: dict, q: Question) -> bool:
@@ -126,6 +127,8 @@ def aggregate(q: Question, events: list[dict]) -> tuple[Aggregate, list[dict]]:
             e = min(match, key=lambda x: x["t_ms"]) if q.kind == "first" else max(match, key=lambda x: x["t_ms"])
             used = [e]
         return Aggregate(q.kind, q.cls, q.t_from_ms, _finite(q.t_to_ms), t_ms=used[0]["t_ms"] if used else None), used
+    if q.kind == "dwell":
+        return _dwell(q, events)
     # presence: a track was in the zone during the window if it entered before the
     # window ended and had not left before it began
     inside: dict[tuple, list] = {}
@@ -147,6 +150,23 @@ def aggregate(q: Question, events: list[dict]) -> tuple[Aggregate, list[dict]]:
                 used.append(enter)
                 break
     return Aggregate("zone", q.cls, q.t_from_ms, _finite(q.t_to_ms), zone=q.zone, n=len(present)), used
+
+
+def _dwell(q: Question, events: list[dict]) -> tuple[Aggregate, list[dict]]:
+    """The stays that ended in the window (zone_exit events with their dwell_ms), once
+    each across apps that watch the same zone."""
+    used, seen = [], set()
+    for e in events:
+        if e["type"] == "zone_exit" and e["class"] == q.cls and e.get("zone") == q.zone and _in_window(e, q) \
+                and e.get("dwell_ms") is not None:
+            key = (e["stream"], e["track_id"], e["t_ms"])
+            if key not in seen:
+                seen.add(key)
+                used.append(e)
+    stays = [e["dwell_ms"] / 1000.0 for e in used]
+    mean = round(sum(stays) / len(stays)) if stays else None
+    return Aggregate("dwell", q.cls, q.t_from_ms, _finite(q.t_to_ms), zone=q.zone, n=len(used), mean_s=mean,
+                     max_s=round(max(stays)) if stays else None), used
 
 
 def _finite(t: float | None) -> float | None:

@@ -146,3 +146,19 @@ def test_the_embedder_loads_only_when_there_are_captions_to_rank():
     out = answer("how many cars crossed midblock?", EVENTS, [caption], lambda p: "3 cars crossed.", LINES, ZONES,
                  embedder)
     assert loads == [1] and out["citations"][-1]["caption"] == "2 cars in view."
+
+
+def test_how_long_they_stayed_in_a_zone_is_the_mean_and_longest_of_their_stays():
+    events = EVENTS + [ev(11, "zone_exit", 20, "person", track=4, zone="crosswalk", dwell_ms=12400.0),
+                       ev(12, "zone_exit", 30, "person", track=5, zone="crosswalk", dwell_ms=3600.0),
+                       ev(13, "zone_exit", 31, "car", track=6, zone="crosswalk", dwell_ms=50000.0)]
+    q = parse_question("how long did people wait at the crosswalk?", LINES, ZONES)
+    assert (q.kind, q.cls, q.zone) == ("dwell", "person", "crosswalk")
+    agg, used = aggregate(q, events)
+    assert (agg.n, agg.mean_s, agg.max_s) == (2, 8, 12)  # the exit without dwell_ms (an older event) is left out
+    assert [e["id"] for e in used] == [11, 12]
+    out = answer("how long did people wait at the crosswalk?", events, [], lambda p: "a while", LINES, ZONES)
+    assert out["grounding"] == "template"
+    assert out["answer"] == "2 people left crosswalk after 8 s on average, the longest after 12 s."
+    late = aggregate(parse_question("how long did people stay in the crosswalk after 0:25?", LINES, ZONES), events)[0]
+    assert (late.n, late.mean_s) == (1, 4)
