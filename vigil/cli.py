@@ -70,15 +70,15 @@ def _serve(args: argparse.Namespace) -> int:
     from vigil.settings import SettingsError, load_settings
     from vigil.storage import StorageError
 
+    flags = {"host": args.host, "port": args.port, "grpc_port": args.grpc_port, "data_dir": args.data_dir,
+             "device": args.device, "model_repository": args.models}
     try:
-        settings = load_settings(args.config, {"host": args.host, "port": args.port, "grpc_port": args.grpc_port,
-                                               "data_dir": args.data_dir, "device": args.device,
-                                               "model_repository": args.models})
+        settings = load_settings(args.config, flags)
     except SettingsError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     try:
-        serve(settings)
+        serve(settings, reread=lambda: load_settings(args.config, flags))
     except (OSError, StorageError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

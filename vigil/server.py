@@ -15,9 +15,11 @@ import ctypes
 import gc
 import logging
 import resource
+import signal
 import socket
 import threading
 from contextlib import asynccontextmanager
+from typing import Callable
 
 import uvicorn
 from starlette.concurrency import run_in_threadpool
@@ -27,6 +29,7 @@ from vigil.api import build_app
 from vigil.grpc_api import start_grpc
 from vigil.http_guard import RepeatFilter, guarded_protocol
 from vigil.service import Vigil
+from vigil.services.errors import ServiceError
 from vigil.settings import Settings
 
 log = logging.getLogger("vigil.server")
@@ -74,6 +77,14 @@ def connection_cap(wanted: int) -> int:
     return cap
 
 
+def _reload(service: Vigil) -> None:
+    """SIGHUP: as POST /v1/config/reload, with the outcome in the log."""
+    try:
+        service.reload_config()
+    except ServiceError as exc:
+        log.error("SIGHUP: config not reloaded: %s", exc)
+
+
 def bind_rest(host: str, port: int) -> socket.socket:
     """The REST listening socket (not shared: no SO_REUSEPORT); OSError naming it."""
     try:
@@ -86,14 +97,17 @@ def bind_rest(host: str, port: int) -> socket.socket:
     return sock
 
 
-def serve(settings: Settings) -> None:
+def serve(settings: Settings, reread: Callable[[], Settings] | None = None) -> None:
+    """`reread`: the config file read again, for POST /v1/config/reload and SIGHUP."""
     _logging()
     _return_frames_to_the_os()
     slower = allocator.advice()
     if slower:
         log.warning(slower)
     rest = bind_rest(settings.host, settings.port)
-    service = Vigil(settings)
+    service = Vigil(settings, reread=reread)
+    signal.signal(signal.SIGHUP, lambda *_: threading.Thread(target=_reload, args=(service,), name="reload",
+                                                             daemon=True).start())
     grpc_server = None
     try:
         if settings.grpc_port:

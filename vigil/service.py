@@ -29,12 +29,14 @@ from streams.clock import monotonic_ms
 from vigil.load import LoadGovernor
 from vigil.rollups import Rollups
 from vigil.services.apps import AppService
+from vigil.services.cameras import CameraService
 from vigil.services.captions import Captions
+from vigil.services.errors import Conflict, Invalid
 from vigil.services.events import EventService, overview
 from vigil.services.llm import LLMService
 from vigil.services.models import ModelService
 from vigil.services.streams import StreamService
-from vigil.settings import Settings
+from vigil.settings import Settings, SettingsError
 from vigil.storage import Storage, StorageFull
 
 log = logging.getLogger("vigil.service")
@@ -42,8 +44,10 @@ log = logging.getLogger("vigil.service")
 
 class Vigil:
     def __init__(self, settings: Settings, clock: Callable[[], float] = monotonic_ms,
-                 wall_s: Callable[[], float] = time.time) -> None:
+                 wall_s: Callable[[], float] = time.time,
+                 reread: Callable[[], Settings] | None = None) -> None:
         self.settings = settings
+        self.reread = reread  # the config file read again (POST /v1/config/reload, SIGHUP)
         self.storage = Storage(settings.data_dir / "vigil.db")
         self.repository = ModelRepository(settings.model_repository)
         self.device = resolve_device(settings.device)
@@ -57,6 +61,7 @@ class Vigil:
         self.apps = AppService(settings.limits, self.storage, self.streams, self.models, self.engine, self.rollups,
                                governor)
         self.events = EventService(self.storage, settings.limits)
+        self.cameras = CameraService(self.streams, self.apps, self.storage)
         self.llm = LLMService(settings, self.device, self.engine.arbiter, LLMMetrics(self.engine.metrics.registry),
                               self.storage, captions, self.streams, self.apps)
         self._restoring = True
@@ -68,9 +73,23 @@ class Vigil:
         self.models.restore()
         self.streams.restore()
         self.apps.restore()
+        self.cameras.apply(self.settings.cameras)
         self.llm.load()
         self._restoring = False
         self._rollups_thread.start()
+
+    def reload_config(self) -> dict:
+        """Read the config file again and apply its cameras (and their apps); every other
+        setting takes a restart. SettingsError when the file is wrong: nothing changes."""
+        if self.reread is None:
+            raise Conflict("this server was not started from a config file it can read again")
+        try:
+            settings = self.reread()
+        except SettingsError as exc:
+            raise Invalid(f"config: {exc}") from None
+        report = self.cameras.apply(settings.cameras)
+        log.info("config reloaded: %s", {k: v for k, v in report.items() if v})
+        return report
 
     @property
     def ready(self) -> bool:

@@ -68,6 +68,21 @@ class Limits(BaseModel):
         return self
 
 
+class Camera(BaseModel):
+    """A camera declared in the config: a stream and the apps that watch it. Only the
+    shape is checked here; the stream and each app go through the same services as the
+    API's, with the same messages (vigil/services/cameras.py)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    name: str = Field(max_length=64, description="the stream's name")
+    url: str = Field(max_length=4096)
+    options: dict[str, Any] = Field(default_factory=dict, max_length=32, description="stream options, as the API's")
+    apps: tuple[str | dict[str, Any], ...] = Field(
+        (), max_length=64, description="a built-in app's name (the app is named CAMERA-NAME) or an app spec "
+                                       "(its source is this camera)")
+
+
 class Settings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
@@ -92,6 +107,16 @@ class Settings(BaseModel):
                                                                      "under full vision load; the rest of "
                                                                      "the time they run in vision's slack")
     limits: Limits = Field(default_factory=Limits)
+    cameras: tuple[Camera, ...] = Field((), max_length=1024, description="created at start, and changed by "
+                                        "POST /v1/config/reload or SIGHUP")
+
+    @model_validator(mode="after")
+    def _cameras_unique(self) -> "Settings":
+        names = [c.name for c in self.cameras]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"cameras: each name once; {twice} appear more than once")
+        return self
 
     def authorized(self, authorization: str | None) -> bool:
         """An `Authorization` header (or gRPC metadata) value is good when no keys are

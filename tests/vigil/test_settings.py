@@ -47,3 +47,21 @@ def test_the_cli_uses_the_servers_key_when_it_has_no_key_of_its_own(monkeypatch)
     monkeypatch.setenv("VIGIL_API_KEY", "mine")
     assert _api_key(argparse.Namespace(api_key=None)) == "mine"
     assert _api_key(argparse.Namespace(api_key="flag")) == "flag"
+
+
+@pytest.mark.parametrize("cameras, says", [
+    ([{"name": "a", "url": "x.mp4"}, {"name": "a", "url": "y.mp4"}], "['a'] appear more than once"),
+    ([{"name": "a"}], "cameras.0.url"),
+    ([{"name": "a", "url": "x.mp4", "apps": [7]}], "cameras.0.apps.0"),
+    ([{"name": "a", "url": "x.mp4", "lens": "wide"}], "lens"),
+])
+def test_cameras_in_the_config_are_shaped_as_the_docs_say(tmp_path, cameras, says):
+    import yaml
+
+    from vigil.settings import SettingsError, load_settings
+
+    path = tmp_path / "vigil.yaml"
+    path.write_text(yaml.safe_dump({"cameras": cameras}))
+    with pytest.raises(SettingsError) as err:
+        load_settings(path)
+    assert says in str(err.value), str(err.value)
