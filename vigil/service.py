@@ -31,7 +31,7 @@ from vigil.rollups import Rollups
 from vigil.services.apps import AppService
 from vigil.services.cameras import CameraService
 from vigil.services.captions import Captions
-from vigil.services.errors import Conflict, Invalid
+from vigil.services.errors import Conflict, Invalid, NotFound
 from vigil.services.events import EventService, overview
 from vigil.services.llm import LLMService
 from vigil.services.models import ModelService
@@ -61,7 +61,7 @@ class Vigil:
         self.apps = AppService(settings.limits, self.storage, self.streams, self.models, self.engine, self.rollups,
                                governor)
         self.events = EventService(self.storage, settings.limits)
-        self.cameras = CameraService(self.streams, self.apps, self.storage)
+        self.cameras = CameraService(self.streams, self.apps)
         self.llm = LLMService(settings, self.device, self.engine.arbiter, LLMMetrics(self.engine.metrics.registry),
                               self.storage, captions, self.streams, self.apps)
         self._restoring = True
@@ -77,6 +77,13 @@ class Vigil:
         self.llm.load()
         self._restoring = False
         self._rollups_thread.start()
+
+    def patch_stream(self, name: str, url: str | None, options: dict) -> dict:
+        """PATCH /v1/streams/{name}: the url, or some options, changed; its apps stay."""
+        stored = self.streams.stored(name)
+        if stored is None:
+            raise NotFound(f"no stream {name!r}")
+        return self.cameras.replace_stream(name, url or stored[0], {**stored[1], **options})
 
     def reload_config(self) -> dict:
         """Read the config file again and apply its cameras (and their apps); every other

@@ -92,3 +92,18 @@ def test_a_broken_file_changes_nothing_and_sighup_reloads(server):
     srv.proc.send_signal(signal.SIGHUP)
     wait_for(lambda: "gate-motion" in names(api, "apps"), 20, "SIGHUP to add gate-motion")
     assert srv.proc.poll() is None
+
+
+def test_a_patched_stream_starts_again_with_its_apps(server, bundled_clips):
+    srv, api, clip = server
+    apps = {a for a in names(api, "apps") if api.get(f"/v1/apps/{a}").json()["spec"]["source"] == "gate"}
+    assert apps
+    r = api.patch("/v1/streams/gate", json={"url": str(bundled_clips[0]), "options": {"buffer_frames": 16}})
+    assert r.status_code == 200, r.text
+    assert r.json()["options"]["buffer_frames"] == 16 and r.json()["options"]["loop"] is True
+    assert r.json()["url"].endswith(bundled_clips[0].name)
+    assert {a for a in names(api, "apps") if api.get(f"/v1/apps/{a}").json()["spec"]["source"] == "gate"} == apps
+    bad = api.patch("/v1/streams/gate", json={"options": {"buffer_frames": 0}})
+    assert bad.status_code == 422 and "buffer_frames" in bad.text, bad.text
+    assert api.get("/v1/streams/gate").json()["options"]["buffer_frames"] == 16  # nothing changed
+    assert api.patch("/v1/streams/nope", json={}).status_code == 404

@@ -51,6 +51,23 @@ def get_stream(name: str, service: ServiceDep) -> dict:
     return service.streams.get(name)
 
 
+class StreamPatch(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    url: str | None = Field(None, min_length=1, max_length=4096, pattern=r"^[^\x00-\x1f\x7f]+$",
+                            description="the new source; the current one when omitted")
+    options: StreamOptions | None = Field(None, description="the options to change (those sent); the others "
+                                                            "stay as they are")
+
+
+@router.patch("/{name}", dependencies=KEY)
+def patch_stream(name: str, body: StreamPatch, service: ServiceDep) -> dict:
+    """Start the stream again from a new url or with changed options; its apps stay
+    (their tracks and counts start again)."""
+    changed = body.options.model_dump(include=body.options.model_fields_set) if body.options else {}
+    return service.patch_stream(name, body.url, changed)
+
+
 @router.delete("/{name}", status_code=204, dependencies=KEY)
 def delete_stream(name: str, service: ServiceDep) -> Response:
     service.streams.delete(name)

@@ -19,21 +19,20 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any
+from typing import Any, Callable
 
 from apps.spec import SpecError, load_spec, parse_spec
 from vigil.services.apps import AppService
 from vigil.services.errors import Invalid, NotFound, ServiceError
 from vigil.services.streams import StreamService, stream_options
 from vigil.settings import Camera
-from vigil.storage import Storage
 
 log = logging.getLogger("vigil.cameras")
 
 
 class CameraService:
-    def __init__(self, streams: StreamService, apps: AppService, storage: Storage) -> None:
-        self.streams, self.apps, self.storage = streams, apps, storage
+    def __init__(self, streams: StreamService, apps: AppService) -> None:
+        self.streams, self.apps = streams, apps
         self.declared: dict[str, set[str]] = {}  # camera -> the apps its declaration named
         self._lock = threading.Lock()  # one apply at a time (start-up, reload, SIGHUP)
 
@@ -61,11 +60,10 @@ class CameraService:
 
     def _apply_camera(self, cam: Camera, apps: list[dict], report: dict) -> None:
         options = stream_options(cam.options).model_dump()
-        stored = {name: (url, opts) for name, url, opts in self.storage.streams()}
         if cam.name not in self.streams.names():
             self.streams.add(cam.name, cam.url, options)
             report["added"].append(f"stream {cam.name}")
-        elif stored.get(cam.name) != (cam.url, options):
+        elif self.streams.stored(cam.name) != (cam.url, options):
             self._restart_stream(cam, options, {a["name"] for a in apps})
             report["changed"].append(f"stream {cam.name}")
         else:
@@ -103,14 +101,25 @@ class CameraService:
     def _restart_stream(self, cam: Camera, options: dict, declared: set) -> None:
         """The stream again with its new url or options; the API's apps on it come back as
         they were (the declared ones are applied after)."""
-        worker = self.streams.workers.get(cam.name)
-        others = [self.apps.get(a)["spec"] for a in (worker.app_names() if worker else []) if a not in declared]
-        for name in worker.app_names() if worker else []:
-            self.apps.delete(name)
-        self.streams.delete(cam.name)
-        self.streams.add(cam.name, cam.url, options)
-        for spec in others:
+        self.replace_stream(cam.name, cam.url, options, keep=lambda app: app not in declared)
+
+    def replace_stream(self, name: str, url: str, options: dict, keep: Callable[[str], bool] = lambda _: True) -> dict:
+        """Stream `name` started again from `url` with `options`, and the apps on it that
+        `keep` names added again as they were (their tracks and counts start again). The
+        new url and options are checked first: a bad one changes nothing."""
+        self.streams.check(url, options)
+        worker = self.streams.workers.get(name)
+        if worker is None:
+            raise NotFound(f"no stream {name!r}")
+        apps = worker.app_names()
+        specs = [self.apps.get(a)["spec"] for a in apps if keep(a)]
+        for app in apps:
+            self.apps.delete(app)
+        self.streams.delete(name)
+        self.streams.add(name, url, options)
+        for spec in specs:
             self.apps.add(spec)
+        return self.streams.get(name)
 
     def _remove_camera(self, name: str, report: dict) -> None:
         for app in sorted(self.declared.pop(name)):

@@ -76,6 +76,16 @@ class StreamService:
         log.info("stream %s added (%s)", name, redact_url(url))
         return self.get(name)
 
+    def check(self, url: str, options: StreamOptions | dict[str, Any]) -> None:
+        """What `add` would refuse in a url or options, without adding anything."""
+        self._checked_url(url)
+        if not isinstance(options, StreamOptions):
+            stream_options(options)
+
+    def stored(self, name: str) -> tuple[str, dict] | None:
+        """The url and options `name` was added with, as stored (the url not redacted)."""
+        return next(((url, opts) for n, url, opts in self.storage.streams() if n == name), None)
+
     def get(self, name: str) -> dict:
         with self.lock:
             worker = self.workers.get(name)
