@@ -34,6 +34,7 @@ from vigil.services.captions import Captions
 from vigil.services.errors import Conflict, Invalid, NotFound
 from vigil.services.events import EventService, overview
 from vigil.services.llm import LLMService
+from vigil.services.sinks import SinkService
 from vigil.services.models import ModelService
 from vigil.services.streams import StreamService
 from vigil.settings import Settings, SettingsError
@@ -62,6 +63,7 @@ class Vigil:
                                governor)
         self.events = EventService(self.storage, settings.limits)
         self.cameras = CameraService(self.streams, self.apps)
+        self.sinks = SinkService(settings.sinks.webhooks, self.storage, self.engine.metrics.registry)
         self.llm = LLMService(settings, self.device, self.engine.arbiter, LLMMetrics(self.engine.metrics.registry),
                               self.storage, captions, self.streams, self.apps)
         self._restoring = True
@@ -70,6 +72,7 @@ class Vigil:
 
     def start(self) -> None:
         """Bring back what storage holds (labels, streams, apps), load the LLM, then serve."""
+        self.sinks.start()
         self.models.restore()
         self.streams.restore()
         self.apps.restore()
@@ -110,6 +113,7 @@ class Vigil:
         """Graceful: stop the streams, finish their blocks in flight, flush events and
         metric windows, then the LLM, the engine and the database."""
         self._stop.set()
+        self.sinks.stop()  # what is not delivered yet goes at the next start
         self.streams.stop_all()
         self.llm.close()
         self.engine.close(drain=True)

@@ -11,6 +11,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from apps.documents import DocumentError, load_yaml
+from apps.events import EVENT_TYPES
 from apps.spec import format_errors
 from engine.share import MAX_SHARE
 from streams.urls import ALL_SCHEMES, DEFAULT_SCHEMES, SourcePolicy
@@ -83,6 +84,40 @@ class Camera(BaseModel):
                                        "(its source is this camera)")
 
 
+class Webhook(BaseModel):
+    """An HTTP endpoint that gets each stored event as a JSON POST."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    url: str = Field(max_length=4096, pattern=r"^https?://[^\x00-\x20\x7f]+$")
+    secret: str | None = Field(None, max_length=1024, description="signs each body (X-Vigil-Signature: sha256=HEX "
+                                                                  "of HMAC-SHA256)")
+    events: tuple[str, ...] | None = Field(None, max_length=32, description="only these event types; all when "
+                                                                           "omitted")
+    timeout_s: float = Field(5.0, gt=0, le=120)
+    max_backoff_s: float = Field(30.0, gt=0, le=3600, description="the longest wait between tries")
+
+    @model_validator(mode="after")
+    def _known_types(self) -> "Webhook":
+        unknown = sorted(set(self.events or ()) - set(EVENT_TYPES))
+        if unknown:
+            raise ValueError(f"events: {unknown} are not event types ({', '.join(EVENT_TYPES)})")
+        return self
+
+
+class Sinks(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    webhooks: tuple[Webhook, ...] = Field((), max_length=32)
+
+    @model_validator(mode="after")
+    def _urls_unique(self) -> "Sinks":
+        urls = [w.url for w in self.webhooks]
+        if len(set(urls)) != len(urls):
+            raise ValueError("webhooks: each url once (its place in the events is kept by url)")
+        return self
+
+
 class Settings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
@@ -107,6 +142,7 @@ class Settings(BaseModel):
                                                                      "under full vision load; the rest of "
                                                                      "the time they run in vision's slack")
     limits: Limits = Field(default_factory=Limits)
+    sinks: Sinks = Field(default_factory=Sinks, description="where events go besides storage")
     cameras: tuple[Camera, ...] = Field((), max_length=1024, description="created at start, and changed by "
                                         "POST /v1/config/reload or SIGHUP")
 

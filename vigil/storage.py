@@ -84,6 +84,13 @@ MIGRATIONS: list[str] = [
     ALTER TABLE streams ADD COLUMN runs INTEGER NOT NULL DEFAULT 0;
     ALTER TABLE events ADD COLUMN run INTEGER NOT NULL DEFAULT 0;
     """,
+    # 3 -> 4: each sink's place in the events table, which is its outbox
+    """
+    CREATE TABLE sink_cursors (
+        sink TEXT PRIMARY KEY,        -- e.g. webhook:URL
+        last_id INTEGER NOT NULL      -- the last event delivered (or passed over by its filter)
+    );
+    """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 MAX_EVENT_ID = 2**53 - 1  # the largest integer every JSON client reads exactly
@@ -247,6 +254,17 @@ class Storage:
         return [{"id": r["id"], "type": r["type"], "app": r["app"], "stream": r["stream"], "run": r["run"],
                  "t_ms": r["t_ms"], "track_id": r["track_id"], "class": r["class"], **json.loads(r["data"])}
                 for r in rows]
+
+    def max_event_id(self) -> int:
+        return self._exec("SELECT COALESCE(MAX(id), 0) AS n FROM events")[0]["n"]
+
+    def sink_cursor(self, sink: str) -> int | None:
+        rows = self._exec("SELECT last_id FROM sink_cursors WHERE sink = ?", (sink,))
+        return rows[0]["last_id"] if rows else None
+
+    def set_sink_cursor(self, sink: str, last_id: int) -> None:
+        self._exec("INSERT INTO sink_cursors VALUES (?, ?) ON CONFLICT(sink) DO UPDATE SET last_id = excluded.last_id",
+                   (sink, last_id))
 
     def count_events(self) -> int:
         return self._exec("SELECT COUNT(*) AS n FROM events")[0]["n"]
