@@ -25,16 +25,18 @@ demo: $(STAMP)
 	@echo "demo outputs: $(DEMO_OUT)/summary.json $(DEMO_OUT)/events.jsonl $(DEMO_OUT)/annotated.mp4"
 
 # What the tests start for real: GStreamer's RTSP server (run by the system python),
-# Chromium for the dashboard, OpenCV's sample footage. Installed with apt-get when
-# missing and we are root; otherwise the command to run is printed.
+# Chromium for the dashboard, OpenCV's sample footage, Mosquitto (the MQTT sink's
+# broker). Installed with apt-get when missing and we are root; otherwise the command
+# to run is printed.
 ULTRALYTICS := 8.4.190
 TRACKERS := 2.6.1
 SYSTEM_PACKAGES := python3-gi gir1.2-gst-rtsp-server-1.0 gstreamer1.0-plugins-base gstreamer1.0-plugins-good \
-	gstreamer1.0-plugins-bad chromium opencv-doc libjemalloc2
+	gstreamer1.0-plugins-bad chromium opencv-doc libjemalloc2 mosquitto
 system-deps:
 	@if /usr/bin/python3 -c "import gi; gi.require_version('GstRtspServer', '1.0'); from gi.repository import GstRtspServer" 2>/dev/null \
 		&& test -x /usr/bin/chromium && test -f /usr/share/doc/opencv-doc/examples/data/vtest.avi \
-		&& gst-inspect-1.0 h264parse >/dev/null 2>&1 && test -f /usr/lib/$$(uname -m)-linux-gnu/libjemalloc.so.2; then :; \
+		&& gst-inspect-1.0 h264parse >/dev/null 2>&1 && test -f /usr/lib/$$(uname -m)-linux-gnu/libjemalloc.so.2 \
+		&& test -x /usr/sbin/mosquitto; then :; \
 	elif [ "$$(id -u)" = 0 ]; then \
 		DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(SYSTEM_PACKAGES) gstreamer1.0-tools >/dev/null; \

@@ -63,7 +63,7 @@ class Vigil:
                                governor)
         self.events = EventService(self.storage, settings.limits)
         self.cameras = CameraService(self.streams, self.apps)
-        self.sinks = SinkService(settings.sinks.webhooks, self.storage, self.engine.metrics.registry)
+        self.sinks = SinkService(settings.sinks, self.storage, self.engine.metrics.registry)
         self.llm = LLMService(settings, self.device, self.engine.arbiter, LLMMetrics(self.engine.metrics.registry),
                               self.storage, captions, self.streams, self.apps)
         self._restoring = True

@@ -105,10 +105,29 @@ class Webhook(BaseModel):
         return self
 
 
+class Mqtt(BaseModel):
+    """An MQTT broker that gets every stored event (Frigate's topics, README: MQTT)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    host: str = Field(max_length=255, pattern=r"^[A-Za-z0-9._:-]+$")
+    port: int = Field(1883, ge=1, le=65535)
+    topic_prefix: str = Field("vigil", max_length=64, pattern=r"^[A-Za-z0-9_-]+(/[A-Za-z0-9_-]+)*$")
+    username: str | None = Field(None, max_length=256)
+    password: str | None = Field(None, max_length=1024)
+    client_id: str = Field("vigil", max_length=64, pattern=r"^[A-Za-z0-9_-]+$")
+    discovery_prefix: str | None = Field("homeassistant", max_length=64, pattern=r"^[A-Za-z0-9_-]+$",
+                                         description="Home Assistant discovery topics under it; null: none")
+    publish_timeout_s: float = Field(5.0, gt=0, le=120, description="a message not acknowledged (QoS 1) "
+                                                                    "in this long is sent again")
+    max_backoff_s: float = Field(30.0, gt=0, le=3600)
+
+
 class Sinks(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     webhooks: tuple[Webhook, ...] = Field((), max_length=32)
+    mqtt: Mqtt | None = None
 
     @model_validator(mode="after")
     def _urls_unique(self) -> "Sinks":

@@ -266,6 +266,14 @@ class Storage:
         self._exec("INSERT INTO sink_cursors VALUES (?, ?) ON CONFLICT(sink) DO UPDATE SET last_id = excluded.last_id",
                    (sink, last_id))
 
+    def count_crossings(self, stream: str, app: str, run: int, line: str, cls: str, direction: str,
+                        up_to_id: int) -> int:
+        """Line crossings of one class and direction in a run of an app, up to an event."""
+        return self._exec("SELECT COUNT(*) AS n FROM events WHERE stream = ? AND app = ? AND run = ? AND "
+                          "type = 'line_cross' AND class = ? AND json_extract(data, '$.line') = ? AND "
+                          "json_extract(data, '$.direction') = ? AND id <= ?",
+                          (stream, app, run, cls, line, direction, up_to_id))[0]["n"]
+
     def count_events(self) -> int:
         return self._exec("SELECT COUNT(*) AS n FROM events")[0]["n"]
 

@@ -1,0 +1,101 @@
+"""The MQTT sink against a real Mosquitto broker (Debian's), started here: every stored
+event arrives on vigil/events with its id, the retained line counts equal the app's,
+and vigil/available says online, then offline."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import threading
+import time
+
+import httpx
+import pytest
+
+from support.processes import VigilServer, free_port, wait_for
+
+MOSQUITTO = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
+pytestmark = pytest.mark.skipif(not shutil.os.path.exists(MOSQUITTO),
+                                reason="Debian's mosquitto is not installed (make system-deps)")
+
+
+class Subscriber:
+    """A paho client that keeps every message of `topic` (retained ones too)."""
+
+    def __init__(self, port: int, topic: str) -> None:
+        import paho.mqtt.client as mqtt
+
+        self.messages: list[tuple[str, bytes, bool]] = []
+        self.lock = threading.Lock()
+        subscribed = threading.Event()
+        self.client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2)
+        self.client.on_connect = lambda c, *_: c.subscribe(topic, qos=1)
+        self.client.on_subscribe = lambda *_: subscribed.set()
+        self.client.on_message = self._keep
+        self.client.connect("127.0.0.1", port)
+        self.client.loop_start()
+        assert subscribed.wait(10), "subscribed"
+
+    def _keep(self, client, userdata, msg) -> None:
+        with self.lock:
+            self.messages.append((msg.topic, msg.payload, bool(msg.retain)))
+
+    def of(self, topic: str) -> list[bytes]:
+        with self.lock:
+            return [p for t, p, _ in self.messages if t == topic]
+
+    def close(self) -> None:
+        self.client.disconnect()
+        self.client.loop_stop()
+
+
+@pytest.fixture
+def broker():
+    port = free_port()
+    proc = subprocess.Popen([MOSQUITTO, "-p", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        import socket
+
+        wait_for(lambda: socket.socket().connect_ex(("127.0.0.1", port)) == 0, 10, "mosquitto to listen")
+        yield port
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def test_every_event_arrives_and_the_retained_counts_equal_the_apps(tmp_path, bundled_clips, broker):
+    watch = Subscriber(broker, "vigil/#")
+    config = {"llm_model": None, "caption_every_s": 0, "sinks": {"mqtt": {"host": "127.0.0.1", "port": broker}},
+              "cameras": [{"name": "cam", "url": str(bundled_clips[0]), "options": {"realtime": False},
+                           "apps": ["people-counter"]}]}
+    srv = VigilServer(tmp_path / "data", config=config).start()
+    try:
+        wait_for(lambda: b"online" in watch.of("vigil/available"), 20, "vigil/available online")
+        with httpx.Client(base_url=srv.url, timeout=60) as api:
+            wait_for(lambda: api.get("/v1/streams/cam").json()["status"] == "ended", 180, "the clip to end")
+            wait_for(lambda: api.get("/v1/sinks").json()[0]["backlog"] == 0, 60, "every event published")
+            stored = api.get("/v1/events", params={"limit": 10_000}).json()["events"]
+            counts = api.get("/v1/apps/cam-people-counter").json()["counts"]["lines"]
+            metrics = api.get("/metrics").text
+    finally:
+        srv.stop()
+    wait_for(lambda: watch.of("vigil/available")[-1:] == [b"offline"], 10, "vigil/available offline")
+    events = [json.loads(p) for p in watch.of("vigil/events")]
+    watch.close()
+    assert stored and sorted(m["after"]["id"] for m in events) == sorted(e["id"] for e in stored)
+    kinds = {e["id"]: e["type"] for e in stored}
+    for m in events:
+        want = {"track_start": "new", "track_end": "end"}.get(kinds[m["after"]["id"]], "update")
+        assert m["type"] == want, m
+    crossed = [m["after"] for m in events if m["after"]["type"] == "line_cross"]
+    assert crossed, "the clip has crossings"
+    # a fresh subscriber gets the retained counts: they are the app's
+    late = Subscriber(broker, "vigil/cam/#")
+    time.sleep(1.0)
+    retained = {t: int(p) for t, p, r in late.messages if r}
+    late.close()
+    want = {f"vigil/cam/cam-people-counter/{line}/{cls}/{way}": n
+            for line, c in counts.items() for cls, ways in c["by_class"].items() for way, n in ways.items() if n}
+    assert retained == want
+    assert 'vigil_sink_deliveries_total{kind="mqtt"' in metrics

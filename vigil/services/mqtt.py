@@ -1,0 +1,121 @@
+"""The MQTT sink: every stored event to a broker, with Frigate's topics.
+
+- `PREFIX/events`: per event, `{"type": "new" | "update" | "end", "before", "after"}`;
+  `new` for a track's start, `end` for its end, `update` for everything else (a line
+  crossed, a zone entered or left, a stay past `loiter_s`, a class change). `after` is
+  the event as stored (its `id` among the rest) with the track's `current_zones` and
+  `entered_zones`; `before` is the track's previous `after` (null for its first, or
+  the first after a restart). So a subscriber can account for every stored event.
+- `PREFIX/CAMERA/APP/LINE/CLASS/in|out`: the run's count, retained, after each
+  crossing (counted in storage up to that event: exact across restarts).
+- `PREFIX/available`: `online` while Vigil is connected, `offline` as its last will.
+- Home Assistant discovery (`DISCOVERY/sensor/.../config`, retained) for each count.
+
+Messages go with QoS 1, an event's only once the broker acknowledged the previous
+event's: the events table is the outbox here too (vigil/services/outbox.py), so an
+unreachable broker or a restart loses nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from prometheus_client import Counter
+
+from vigil.services.outbox import OutboxSink
+from vigil.settings import Mqtt
+from vigil.storage import Storage
+
+
+def _object_id(*parts: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_-]", "_", "_".join(parts))
+
+
+class MqttSink(OutboxSink):
+    kind = "mqtt"
+
+    def __init__(self, cfg: Mqtt, storage: Storage, counter: Counter) -> None:
+        target = f"mqtt://{cfg.host}:{cfg.port}/{cfg.topic_prefix}"
+        super().__init__(f"mqtt:{cfg.host}:{cfg.port}/{cfg.topic_prefix}", target, None, cfg.max_backoff_s, storage,
+                         counter)
+        self.cfg = cfg
+        self.prefix = cfg.topic_prefix
+        self._tracks: dict[tuple, dict] = {}  # (stream, app, track) -> its latest `after`
+        self._announced: set[str] = set()  # discovery topics sent by this process
+        self._client: Any = None
+
+    def _open(self) -> None:
+        import paho.mqtt.client as mqtt
+
+        client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=self.cfg.client_id)
+        if self.cfg.username is not None:
+            client.username_pw_set(self.cfg.username, self.cfg.password)
+        available = f"{self.prefix}/available"
+        client.will_set(available, "offline", qos=1, retain=True)
+        client.on_connect = lambda c, *_: c.publish(available, "online", qos=1, retain=True)
+        client.reconnect_delay_set(0.5, max(1, int(self.cfg.max_backoff_s)))
+        client.connect_async(self.cfg.host, self.cfg.port, keepalive=30)
+        client.loop_start()
+        self._client = client
+
+    def _close(self) -> None:
+        if self._client is None:
+            return
+        if self._client.is_connected():
+            self._client.publish(f"{self.prefix}/available", "offline", qos=1, retain=True).wait_for_publish(2.0)
+        self._client.disconnect()
+        self._client.loop_stop()
+
+    def _send(self, event: dict) -> tuple[str, str | None]:
+        if not self._client.is_connected():
+            return "failed", "not connected to the broker"
+        key = (event["stream"], event["app"], event["track_id"])
+        before = self._tracks.get(key)
+        after = self._after(event, before)
+        kind = {"track_start": "new", "track_end": "end"}.get(event["type"], "update")
+        messages = [(f"{self.prefix}/events", json.dumps({"type": kind, "before": before, "after": after}), False)]
+        if event["type"] == "line_cross":
+            messages += self._line_count(event)
+        for topic, payload, retain in messages:
+            info = self._client.publish(topic, payload, qos=1, retain=retain)
+            try:
+                info.wait_for_publish(self.cfg.publish_timeout_s)
+            except (RuntimeError, ValueError) as exc:  # the connection went while it waited
+                return "failed", f"publish to {topic}: {exc}"
+            if not info.is_published():
+                return "failed", f"publish to {topic} not acknowledged"
+        if event["type"] == "track_end":
+            self._tracks.pop(key, None)
+        elif event["track_id"] >= 0:
+            self._tracks[key] = after
+        self._announced |= {t for t, _, _ in messages if t.startswith(f"{self.cfg.discovery_prefix}/")}
+        return "delivered", None
+
+    @staticmethod
+    def _after(event: dict, before: dict | None) -> dict:
+        current = list(before["current_zones"]) if before else []
+        entered = list(before["entered_zones"]) if before else []
+        zone = event.get("zone")
+        if event["type"] == "zone_enter" and zone not in current:
+            current.append(zone)
+            entered += [zone] if zone not in entered else []
+        elif event["type"] == "zone_exit" and zone in current:
+            current.remove(zone)
+        return {**event, "current_zones": current, "entered_zones": entered}
+
+    def _line_count(self, event: dict) -> list[tuple[str, str, bool]]:
+        camera, app, line, cls, way = event["stream"], event["app"], event["line"], event["class"], event["direction"]
+        n = self.storage.count_crossings(camera, app, event.get("run", 0), line, cls, way, event["id"])
+        topic = f"{self.prefix}/{camera}/{app}/{line}/{cls}/{way}"
+        out = [(topic, str(n), True)]
+        if self.cfg.discovery_prefix:
+            object_id = _object_id("vigil", camera, app, line, cls, way)
+            config = f"{self.cfg.discovery_prefix}/sensor/{object_id}/config"
+            if config not in self._announced:
+                out.insert(0, (config, json.dumps({
+                    "name": f"{camera} {app} {line} {cls} {way}", "unique_id": object_id, "state_topic": topic,
+                    "availability_topic": f"{self.prefix}/available", "state_class": "total_increasing",
+                    "unit_of_measurement": cls}), True))
+        return out
