@@ -5,18 +5,21 @@ and vigil/available says online, then offline."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import socket
 import subprocess
 import threading
 import time
 
 import httpx
+import paho.mqtt.client as mqtt
 import pytest
 
 from support.processes import VigilServer, free_port, wait_for
 
 MOSQUITTO = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
-pytestmark = pytest.mark.skipif(not shutil.os.path.exists(MOSQUITTO),
+pytestmark = pytest.mark.skipif(not os.path.exists(MOSQUITTO),
                                 reason="Debian's mosquitto is not installed (make system-deps)")
 
 
@@ -24,8 +27,6 @@ class Subscriber:
     """A paho client that keeps every message of `topic` (retained ones too)."""
 
     def __init__(self, port: int, topic: str) -> None:
-        import paho.mqtt.client as mqtt
-
         self.messages: list[tuple[str, bytes, bool]] = []
         self.lock = threading.Lock()
         subscribed = threading.Event()
@@ -55,8 +56,6 @@ def broker():
     port = free_port()
     proc = subprocess.Popen([MOSQUITTO, "-p", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        import socket
-
         wait_for(lambda: socket.socket().connect_ex(("127.0.0.1", port)) == 0, 10, "mosquitto to listen")
         yield port
     finally:

@@ -22,6 +22,7 @@ import json
 import re
 from typing import Any
 
+import paho.mqtt.client as mqtt
 from prometheus_client import Counter
 
 from vigil.services.outbox import OutboxSink
@@ -47,8 +48,6 @@ class MqttSink(OutboxSink):
         self._client: Any = None
 
     def _open(self) -> None:
-        import paho.mqtt.client as mqtt
-
         client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=self.cfg.client_id)
         if self.cfg.username is not None:
             client.username_pw_set(self.cfg.username, self.cfg.password)
