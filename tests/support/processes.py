@@ -63,6 +63,18 @@ class RtspServer:
             self.proc.wait(5)
 
 
+def settled(api, quiet_s: float = 1.5, timeout_s: float = 90.0) -> None:
+    """Every sink has delivered every event, and no event came for `quiet_s`: an ended
+    stream's apps still store their last events (open tracks end) after it says so."""
+    def quiet() -> bool:
+        before = [s["last_id"] for s in api.get("/v1/sinks").json()]
+        time.sleep(quiet_s)
+        after = api.get("/v1/sinks").json()
+        return all(s["backlog"] == 0 for s in after) and [s["last_id"] for s in after] == before
+
+    wait_for(quiet, timeout_s, "every sink delivered, and no new event")
+
+
 class VigilServer:
     """`vigil serve` as a user starts it, in its own process. `config` (settings, as
     in configs/vigil.yaml) and `media_dirs` (folders file streams may come from, beside

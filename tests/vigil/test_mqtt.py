@@ -16,7 +16,7 @@ import httpx
 import paho.mqtt.client as mqtt
 import pytest
 
-from support.processes import VigilServer, free_port, wait_for
+from support.processes import VigilServer, free_port, settled, wait_for
 
 MOSQUITTO = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
 pytestmark = pytest.mark.skipif(not os.path.exists(MOSQUITTO),
@@ -73,7 +73,7 @@ def test_every_event_arrives_and_the_retained_counts_equal_the_apps(tmp_path, bu
         wait_for(lambda: b"online" in watch.of("vigil/available"), 20, "vigil/available online")
         with httpx.Client(base_url=srv.url, timeout=60) as api:
             wait_for(lambda: api.get("/v1/streams/cam").json()["status"] == "ended", 180, "the clip to end")
-            wait_for(lambda: api.get("/v1/sinks").json()[0]["backlog"] == 0, 60, "every event published")
+            settled(api)
             stored = api.get("/v1/events", params={"limit": 10_000}).json()["events"]
             counts = api.get("/v1/apps/cam-people-counter").json()["counts"]["lines"]
             metrics = api.get("/metrics").text

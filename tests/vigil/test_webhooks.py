@@ -13,7 +13,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
 
-from support.processes import VigilServer, free_port, wait_for
+from support.processes import VigilServer, free_port, settled, wait_for
 
 SECRET = "s3cr3t"
 
@@ -64,7 +64,7 @@ def test_every_event_is_delivered_once_in_order_and_signed_through_an_outage_and
         receiver = Receiver(port)
         with httpx.Client(base_url=srv.url, timeout=60) as api:
             wait_for(lambda: api.get("/v1/streams/cam").json()["status"] == "ended", 180, "the clip to end")
-            wait_for(lambda: api.get("/v1/sinks").json()[0]["backlog"] == 0, 60, "the backlog delivered")
+            settled(api)
             sink = api.get("/v1/sinks").json()[0]
             stored, after = [], 0
             while True:
