@@ -26,7 +26,7 @@ def server(tmp_path_factory, short_clip):
         {"name": "yard", "url": str(clip), "options": {"loop": True},
          "apps": [{"name": "yard-motion", "detector": "motion"}]},
         {"name": "bad", "url": str(clip), "options": {"loop": True},
-         "apps": [{"name": "bad-app", "detector": "nope"}]},
+         "apps": [{"name": "bad-app", "detector": "nope"}, {"name": "bad-motion", "detector": "motion"}]},
     ]
     srv = VigilServer(tmp_path_factory.mktemp("cameras") / "data", config=config(clip, cameras),
                       media_dirs=[clip.parent]).start()
@@ -52,7 +52,7 @@ def rewrite(srv, clip, cameras: list[dict]) -> None:
 def test_declared_cameras_come_up_and_a_bad_app_says_what_the_api_would(server):
     srv, api, _ = server
     assert {"gate", "yard", "bad"} <= names(api, "streams")
-    assert names(api, "apps") == {"gate-people-counter", "gate-cars", "yard-motion"}
+    assert names(api, "apps") == {"gate-people-counter", "gate-cars", "yard-motion", "bad-motion"}  # its twin ran
     assert api.get("/v1/apps/gate-people-counter").json()["spec"]["source"] == "gate"
     api_says = api.post("/v1/apps", json={"name": "x", "source": "gate", "detector": "nope"}).json()["detail"]
     assert "nope" in api_says
@@ -71,7 +71,8 @@ def test_a_reload_applies_the_file_as_it_is_now_and_leaves_the_apis_own(server):
     r = api.post("/v1/config/reload")
     assert r.status_code == 200, r.text
     report = r.json()
-    assert {"app gate-cars", "app yard-motion", "stream yard"} <= set(report["removed"]), report
+    assert {"app gate-cars", "app yard-motion", "stream yard", "app bad-motion", "stream bad"} <= \
+        set(report["removed"]), report
     assert {"stream lot", "app lot-motion"} <= set(report["added"]) and "stream gate" in report["changed"], report
     assert names(api, "apps") == {"gate-people-counter", "lot-motion", "mine"}  # the API's app is back on gate
     assert api.get("/v1/streams/gate").json()["options"]["buffer_frames"] == 8

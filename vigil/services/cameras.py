@@ -50,21 +50,24 @@ class CameraService:
                 self._remove_camera(name, report)
             for i, cam in enumerate(cameras):
                 if cam.name in wanted:
+                    where = f"cameras[{i}] ({cam.name})"
                     try:
-                        self._apply_camera(cam, wanted[cam.name], report)
+                        self._apply_camera(cam, wanted[cam.name], report, where)
                     except ServiceError as exc:
-                        report["problems"].append(f"cameras[{i}] ({cam.name}): {exc}")
+                        report["problems"].append(f"{where}: {exc}")
         for problem in report["problems"]:
             log.error("config: %s", problem)
         return report
 
-    def _apply_camera(self, cam: Camera, apps: list[dict], report: dict) -> None:
+    def _apply_camera(self, cam: Camera, apps: list[dict], report: dict, where: str) -> None:
+        """The camera's stream (ServiceError when it cannot be), then each app: one that
+        cannot be is a problem of the report, and the others go on."""
         options = stream_options(cam.options).model_dump()
         if cam.name not in self.streams.names():
             self.streams.add(cam.name, cam.url, options)
             report["added"].append(f"stream {cam.name}")
         elif self.streams.stored(cam.name) != (cam.url, options):
-            self._restart_stream(cam, options, {a["name"] for a in apps})
+            self._restart_stream(cam, options, {a.get("name") for a in apps})
             report["changed"].append(f"stream {cam.name}")
         else:
             report["unchanged"].append(f"stream {cam.name}")
@@ -75,7 +78,7 @@ class CameraService:
             try:
                 self._apply_app(data, report)
             except ServiceError as exc:
-                raise type(exc)(f"apps[{j}] ({name}): {exc}") from None
+                report["problems"].append(f"{where}: apps[{j}] ({name}): {exc}")
         names.discard(None)
         for name in sorted(self.declared.get(cam.name, set()) - names):
             self._delete_app(name, report)
