@@ -45,7 +45,7 @@ class AppService:
                 log.warning("%s", exc)
 
     def add(self, data: Any) -> dict:
-        spec = _parse(data)
+        spec = parse_app(data)
         with self.lock:
             if spec.name in self.specs:
                 raise Conflict(f"app {spec.name!r} exists; PATCH it, or DELETE it first")
@@ -88,7 +88,7 @@ class AppService:
             old = self.specs.get(name)
             if old is None:
                 raise NotFound(f"no app {name!r}")
-            spec = _parse({**old.model_dump(mode="json"), **changes})
+            spec = parse_app({**old.model_dump(mode="json"), **changes})
             self.storage.put_app(name, spec.model_dump(mode="json"))
             self._attach(spec)
         return self.get(name)
@@ -165,7 +165,8 @@ class AppService:
         worker.set_app(spec)
 
 
-def _parse(data: Any) -> AppSpec:
+def parse_app(data: Any) -> AppSpec:
+    """An app spec as a request body: Invalid naming the field when it is wrong."""
     try:
         return parse_spec(data)
     except SpecError as exc:

@@ -21,9 +21,9 @@ import logging
 import threading
 from typing import Any, Callable
 
-from apps.spec import SpecError, load_spec, parse_spec
-from vigil.services.apps import AppService
-from vigil.services.errors import Invalid, NotFound, ServiceError
+from apps.spec import SpecError, load_spec
+from vigil.services.apps import AppService, parse_app
+from vigil.services.errors import NotFound, ServiceError
 from vigil.services.streams import StreamService, stream_options
 from vigil.settings import Camera
 
@@ -90,11 +90,7 @@ class CameraService:
             self.apps.add(data)  # the API's messages for a spec without a name, or a bad one
             report["added"].append(f"app {name}")
             return
-        try:
-            spec = parse_spec(data).model_dump(mode="json")
-        except SpecError as exc:
-            raise Invalid(str(exc).replace("app spec: ", "", 1)) from None
-        if self.apps.get(name)["spec"] == spec:
+        if self.apps.get(name)["spec"] == parse_app(data).model_dump(mode="json"):
             report["unchanged"].append(f"app {name}")
             return
         self.apps.delete(name)
