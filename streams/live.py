@@ -36,7 +36,7 @@ from streams.blocks import FrameSampler
 from streams.clock import monotonic_ms
 from streams.frames import Frame
 from streams.numbers import json_int
-from streams.source import SourceError, is_transient, open_video, video_stream
+from streams.source import RgbConverter, SourceError, is_transient, open_video, video_stream
 from streams.urls import ffmpeg_options, is_live_url, redact_url, scheme_of, scrub
 
 log = logging.getLogger("vigil.streams")
@@ -274,6 +274,7 @@ class ManagedStream:
             raise SourceError(f"{self.redacted}: cannot open: {_reason(exc)}", is_transient(exc)) from None
         try:
             stream, fps = video_stream(container, self.redacted)
+            to_rgb = RgbConverter()
             self._set(width=stream.codec_context.width or None, fps=fps or None)
             try:
                 for packet in container.demux(stream):
@@ -288,7 +289,7 @@ class ManagedStream:
                     for f in decoded:
                         if f.time is not None and not self._wanted(float(f.time) * 1000.0):
                             continue
-                        image = f.to_ndarray(format="rgb24")
+                        image = to_rgb(f)
                         if self.stats.height != image.shape[0] or self.stats.width != image.shape[1]:
                             self._set(width=image.shape[1], height=image.shape[0])
                         yield self._frame(self.wall_ms(), image)

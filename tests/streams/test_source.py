@@ -87,3 +87,20 @@ def test_closing_early_stops_the_decoder(short_clip):
     while time.time() < deadline and any(t.name.startswith("decode-") for t in threading.enumerate()):
         time.sleep(0.02)
     assert not any(t.name.startswith("decode-") for t in threading.enumerate())
+
+
+def test_rgb_frames_match_pyav_own_conversion(short_clip):
+    """One scaler context reused across frames gives PyAV's per-frame `to_ndarray`."""
+    import av
+    import numpy as np
+
+    from streams.source import RgbConverter
+
+    to_rgb = RgbConverter()
+    with av.open(str(short_clip)) as container:
+        frames = [f for f, _ in zip(container.decode(video=0), range(6))]
+    assert len(frames) == 6
+    for frame in frames:
+        ours, theirs = to_rgb(frame), frame.to_ndarray(format="rgb24")
+        assert ours.dtype == np.uint8 and ours.shape == theirs.shape == (frame.height, frame.width, 3)
+        assert np.array_equal(ours, theirs)
