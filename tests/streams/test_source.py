@@ -96,8 +96,9 @@ def test_rgb_frames_match_pyav_own_conversion(short_clip):
 
     from streams.source import RgbConverter
 
+    path, _ = short_clip
     to_rgb = RgbConverter()
-    with av.open(str(short_clip)) as container:
+    with av.open(str(path)) as container:
         frames = [f for f, _ in zip(container.decode(video=0), range(6))]
     assert len(frames) == 6
     for frame in frames:
