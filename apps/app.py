@@ -35,6 +35,7 @@ class TrackState:
     first_ms: float
     last_ms: float
     started: bool = False  # track_start emitted (the track is of one of the app's classes)
+    box: list[float] | None = None  # where it was last seen, xyxy pixels
 
 
 @dataclass
@@ -151,28 +152,34 @@ class App:
         self.num_detections += int(np.isin(dets.class_id, self._wanted).sum())
         tracked = self.tracker.update(dets, t_ms)
         events: list[Event] = []
-        for tid, cid in zip(tracked.tracker_id, tracked.class_id):
+        for tid, cid, xyxy in zip(tracked.tracker_id, tracked.class_id, tracked.xyxy):
             tid, cid = int(tid), int(cid)
             state = self.tracks.get(tid)
             if state is None:
                 state = self.tracks[tid] = TrackState(cid, t_ms, t_ms)
-            state.class_id, state.last_ms = cid, t_ms
+            state.class_id, state.last_ms, state.box = cid, t_ms, [round(float(v), 1) for v in xyxy]
             if not state.started and cid in self._wanted:
                 state.started = True
                 self.num_tracks += 1
-                events.append(self._event("track_start", t_ms, tid, cid))
+                events.append(self._event("track_start", t_ms, tid, cid, box=state.box))
         mine = tracked[np.isin(tracked.class_id, self._wanted)]
+
+        def box(tid: int) -> dict:  # where the track is on this frame (an exit may be of a track not seen)
+            state = self.tracks.get(tid)
+            return {"box": state.box} if state is not None and state.last_ms == t_ms else {}
+
         for line in self.lines:
             for c in line.update(mine):
                 events.append(self._event("line_cross", t_ms, c.track_id, c.class_id,
-                                          line=line.name, direction=c.direction))
+                                          line=line.name, direction=c.direction, **box(c.track_id)))
         for zone in self.zones:
             entered, exited = zone.update(mine, t_ms)
-            events += [self._event("zone_enter", t_ms, tid, cid, zone=zone.name) for tid, cid in entered]
-            events += [self._event("zone_exit", t_ms, tid, cid, zone=zone.name, dwell_ms=round(stay, 3))
+            events += [self._event("zone_enter", t_ms, tid, cid, zone=zone.name, **box(tid)) for tid, cid in entered]
+            events += [self._event("zone_exit", t_ms, tid, cid, zone=zone.name, dwell_ms=round(stay, 3), **box(tid))
                        for tid, cid, stay in exited]
             if self.spec.loiter_s is not None:
-                events += [self._event("zone_dwell", t_ms, tid, cid, zone=zone.name, dwell_ms=round(stay, 3))
+                events += [self._event("zone_dwell", t_ms, tid, cid, zone=zone.name, dwell_ms=round(stay, 3),
+                                       **box(tid))
                            for tid, cid, stay in zone.loiterers(t_ms, self.spec.loiter_s * 1000.0, self._loiterers)]
         events += self._end_stale_tracks(t_ms)
         result.tracked = mine
@@ -197,7 +204,7 @@ class App:
             self.tracker.forget(tid)
             if state.started:
                 events.append(self._event("track_end", state.last_ms, tid, state.class_id,
-                                          duration_ms=round(state.last_ms - state.first_ms, 3),
+                                          duration_ms=round(state.last_ms - state.first_ms, 3), box=state.box,
                                           **({"dwell_ms": dwell} if dwell else {})))
         return events
 

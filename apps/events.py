@@ -21,7 +21,9 @@ class Event:
     t_ms: float  # stream time
     track_id: int
     cls: str
-    data: dict[str, Any] = field(default_factory=dict)  # line+direction, zone, duration_ms, dwell_ms
+    # line+direction, zone, duration_ms, dwell_ms; box (xyxy pixels: where the object was on
+    # the event's frame, or last seen for track_end); snapshot (its stored picture, vigil/snapshots.py)
+    data: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.type not in EVENT_TYPES:

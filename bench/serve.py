@@ -182,7 +182,7 @@ def engine_bound(options: ServeBenchOptions, log: Callable[[str], None]) -> floa
         if len(frames) == 64:
             break
     src.close()
-    engine = Engine(ModelRepository(MODELS_DIR), options.device)
+    engine = Engine(ModelRepository(MODELS_DIR), options.device, lanes=None)  # the lanes `vigil serve` runs
     try:
         engine.load("scenedet")
 
@@ -204,7 +204,7 @@ def engine_bound(options: ServeBenchOptions, log: Callable[[str], None]) -> floa
         fps = done / (time.monotonic() - t0)
     finally:
         engine.close(drain=False)
-    log(f"  engine alone: {fps:.1f} frames/s")
+    log(f"  engine alone: {fps:.1f} frames/s ({engine.lanes} lane(s) of {engine.lane_threads or 'all'} thread(s))")
     return round(fps, 2)
 
 

@@ -24,8 +24,10 @@ from engine.servables import ModelManager
 
 class Admission:
     def __init__(self, manager: ModelManager, queues: SessionQueues, observed: ObservedProfiles,
-                 policy: Policy, metrics: EngineMetrics, share: bool, clock: Callable[[], float]) -> None:
+                 policy: Policy, metrics: EngineMetrics, share: bool, clock: Callable[[], float],
+                 lanes: int = 1) -> None:
         self.manager, self.queues, self.observed = manager, queues, observed
+        self.lanes = lanes  # batches the device runs at once: the queue ahead clears that much faster
         self.policy, self.metrics, self.share, self.clock = policy, metrics, share, clock
         self.selector = AdaptiveSelector(clock)
         self.top_priority = 0  # highest request priority seen (later stages of lower ones reserve time)
@@ -70,7 +72,7 @@ class Admission:
             return False
         queued = [(e.priority, e.flow) for e in self.queues.entries(session)]
         ahead = ahead_of(queued, a.request.app, a.request.priority, getattr(self.policy, "served", {}))
-        return hopeless(ahead, self.profile(session), self.clock(), a.stage[a.root][0])
+        return hopeless(ahead, self.profile(session), self.clock(), a.stage[a.root][0], self.lanes)
 
     def _select(self, req: Request) -> tuple[int, dict | None]:
         """Adaptive selection (engine/selection.py) over the loaded versions."""
@@ -83,7 +85,7 @@ class Admission:
             quality = servable.model.spec.quality
             profiles = [self.profile(f.hash) for f in servable.model.fragments.values()]
             options.append(VersionCost(v, quality if quality is not None else float(v),
-                                       capacity(profiles, req.slo_ms, host_ms)))
+                                       self.lanes * capacity(profiles, req.slo_ms, host_ms)))
         chosen, switch = self.selector.choose(req.app, req.model, options)
         if switch is not None:
             self.metrics.selection(req.app, req.model, chosen)

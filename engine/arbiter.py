@@ -8,7 +8,10 @@ the slack the plan leaves (`fits_in`), and if so hands the device over (`lend`).
 policy is engine/share.py's (slack first, `min_share` under full load).
 
 It shares the engine loop's condition variable, so a guest asking for a turn wakes a
-loop that waits for work.
+loop that waits for work. Vision's lanes (engine/lanes.py) run batches side by side; a
+guest's step has the device to itself, so the lanes start no batch while one is lent
+(`lent`) and the step waits for the batches running to end. Device time is counted in
+lane time: a batch books its own run time, a step its run time on every lane.
 """
 
 from __future__ import annotations
@@ -23,10 +26,12 @@ from engine.share import DeviceShare
 
 
 class DeviceArbiter:
-    def __init__(self, cond: threading.Condition, metrics: EngineMetrics) -> None:
+    def __init__(self, cond: threading.Condition, metrics: EngineMetrics, lanes: int = 1) -> None:
         self._cond = cond
+        self.lanes = lanes
         self._metrics = metrics
-        self._device = threading.Lock()  # held while a batch or a step runs
+        self._batches = 0  # vision batches running (one per lane at most)
+        self._stepping = False  # a guest step running
         self.share = DeviceShare()
         self.closing = False
 
@@ -50,7 +55,7 @@ class DeviceArbiter:
     def turn(self, cost_ms: float) -> Iterator[None]:
         """One guest step, once the loop grants it (at once when the engine is closing)."""
         with self._cond:
-            self.share.step_costs(cost_ms)
+            self.share.step_costs(cost_ms * self.lanes)
             self._cond.notify_all()
             while not self.share.granted and not self.closing:
                 self._cond.wait(0.5)
@@ -68,18 +73,34 @@ class DeviceArbiter:
 
     @contextmanager
     def _held(self, tenant: str, ran: Callable[[float], None]) -> Iterator[None]:
-        """Hold the device; then book the time held to `tenant` in the share (`ran`) and
-        the device-seconds metric, and wake whoever waits on the share."""
+        """Hold the device (vision beside other batches, the guest alone); then book the
+        time held to `tenant` in the share (`ran`) and the device-seconds metric, and wake
+        whoever waits on the share."""
+        guest = tenant == "guest"
+        with self._cond:
+            while self._stepping or (guest and self._batches):
+                self._cond.wait()
+            if guest:
+                self._stepping = True
+            else:
+                self._batches += 1
         started = time.perf_counter()
         try:
-            with self._device:
-                yield
+            yield
         finally:
-            elapsed_ms = (time.perf_counter() - started) * 1000.0
+            elapsed_ms = (time.perf_counter() - started) * 1000.0 * (self.lanes if guest else 1)
             with self._cond:
+                if guest:
+                    self._stepping = False
+                else:
+                    self._batches -= 1
                 ran(elapsed_ms)
                 self._cond.notify_all()
             self._metrics.device_seconds.labels(tenant).inc(elapsed_ms / 1000.0)
+
+    def lent(self) -> bool:
+        """Under the lock: a guest step is granted and not yet ended."""
+        return self.share.granted
 
     def owed(self) -> bool:
         """Under the lock: the guest's credit covers its next step, before the next batch."""
@@ -88,7 +109,7 @@ class DeviceArbiter:
     def fits_in(self, slack_ms: float | None) -> bool:
         """Under the lock: the guest's next step fits in this much idle device (None: idle
         until work arrives)."""
-        return self.share.fits_in(slack_ms)
+        return self.share.fits_in(None if slack_ms is None else slack_ms * self.lanes)
 
     def lend(self, by_share: bool) -> None:
         """Under the lock, in the loop: the guest runs one step; wait until it ends."""

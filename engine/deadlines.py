@@ -5,6 +5,7 @@ Beside the policies (engine/scheduler.py), which order and drop by these deadlin
 
 from __future__ import annotations
 
+import math
 from typing import Callable
 
 from engine.profiles import Profile
@@ -54,12 +55,17 @@ def ahead_of(queued: list[tuple[int, str]], app: str, priority: int, served: dic
                                                                              served.get(flow, 1.0) <= mine)))
 
 
-def hopeless(ahead: int, profile: Profile, now_ms: float, deadline_ms: float) -> bool:
+def hopeless(ahead: int, profile: Profile, now_ms: float, deadline_ms: float, lanes: int = 1) -> bool:
     """Early drop at admission: even if the `ahead` entries ran in the largest batches
-    the profile allows, a new one could not finish this stage by its deadline."""
+    the profile allows, `lanes` of them at a time, a new one could not finish this stage
+    by its deadline."""
     if ahead == 0:
         return False
     b = profile.max_batch
     full, rest = divmod(ahead + 1, b)  # the queue ahead and this request, in the largest batches
-    clear_ms = full * profile.latency_ms(b) + (profile.latency_ms(rest) if rest else 0.0)
+    rounds = math.ceil(full / lanes)  # its own batch is in the last round
+    if rest and full % lanes == 0:  # ... or runs alone after them
+        clear_ms = rounds * profile.latency_ms(b) + profile.latency_ms(rest)
+    else:
+        clear_ms = max(rounds, 1) * profile.latency_ms(b)
     return now_ms + clear_ms > deadline_ms

@@ -15,6 +15,9 @@ versions the model manager's (engine/servables.py). A request that may not be
 dropped (an offline run's) has no deadline to schedule by: it waits its turn, and its
 latency is still measured against its SLO. Host work is kept off the device loop:
 preprocessing runs on the submitting thread, postprocessing on a pool.
+
+The loop runs in `lanes` threads (engine/lanes.py), each planning and running one
+batch at a time on its share of the cores: one lane on a GPU, several on a CPU.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from typing import Callable
 
 from engine.admission import Admission
 from engine.arbiter import DeviceArbiter
+from engine.lanes import lane_threads, resolve_lanes, use_threads
 from engine.metrics import EngineMetrics
 from engine.model_verbs import ModelVerbs
 from engine.observed import ObservedProfiles
@@ -44,30 +48,37 @@ log = logging.getLogger("vigil.engine")
 class Engine(ModelVerbs):
     def __init__(self, repository: ModelRepository, device: str = "cpu", policy: str | Policy = "nexus",
                  clock: Callable[[], float] = monotonic_ms, max_queue: int = 4096, postprocess_workers: int = 1,
-                 share: bool = True, adapt_profiles: bool = True) -> None:
+                 share: bool = True, adapt_profiles: bool = True, lanes: int | None = 1) -> None:
         """`share=False` turns off prefix sharing: each version keeps its own fragments and
         equal inputs are not merged (how TF Serving or Clipper would serve the models).
         `adapt_profiles=False` plans with the stored profiles as they are, never scaled
-        by the latencies observed while serving."""
+        by the latencies observed while serving. `lanes`: batches run at once (None:
+        what suits the device, engine/lanes.py)."""
         self.repository = repository
         self.device = device
+        self.lanes = resolve_lanes(device, lanes)
+        self.lane_threads = lane_threads(device, self.lanes)
         self.share = share
         self.clock = clock
         self.policy = make_policy(policy) if isinstance(policy, str) else policy
         self.metrics = EngineMetrics()
-        self.manager = ModelManager(repository, device, share=share)  # inside the engine; tests inspect it
+        # inside the engine; tests inspect it
+        self.manager = ModelManager(repository, device, threads=self.lane_threads, share=share)
         self._cond = threading.Condition(self.manager.lock)
-        self.arbiter = DeviceArbiter(self._cond, self.metrics)
+        self.arbiter = DeviceArbiter(self._cond, self.metrics, self.lanes)
         self.queues = SessionQueues(max_queue)
         self.observed = ObservedProfiles(clock, adapt_profiles)
-        self.admission = Admission(self.manager, self.queues, self.observed, self.policy, self.metrics, share, clock)
+        self.admission = Admission(self.manager, self.queues, self.observed, self.policy, self.metrics, share, clock,
+                                   self.lanes)
         self.paths = Paths(self._cond, self.manager, self.queues, self.admission, self.observed, clock)
         self._closing = False
         self._busy_ms = 0.0
         self._started_ms = clock()
         self._post = ThreadPoolExecutor(postprocess_workers, thread_name_prefix="engine-post")
-        self._thread = threading.Thread(target=self._loop, name=f"engine-{device}", daemon=True)
-        self._thread.start()
+        self._threads = [threading.Thread(target=self._loop, name=f"engine-{device}-{i}", daemon=True)
+                         for i in range(self.lanes)]
+        for thread in self._threads:
+            thread.start()
 
     # -- requests -----------------------------------------------------------------------------------
     def submit(self, request: Request) -> Future:
@@ -102,6 +113,7 @@ class Engine(ModelVerbs):
 
     # -- the loop: schedule -> execute -> update ------------------------------------------------
     def _loop(self) -> None:
+        use_threads(self.lane_threads)
         while True:
             try:
                 with self._cond:
@@ -125,6 +137,9 @@ class Engine(ModelVerbs):
         while True:
             if self._closing and self.queues.empty():
                 return None, [], []
+            if self.arbiter.lent():  # another lane lent the device: no batch until the step ends
+                self._cond.wait(0.5)
+                continue
             if self.arbiter.owed():  # the guest's step before the next batch
                 self.arbiter.lend(by_share=True)
                 continue
@@ -162,13 +177,13 @@ class Engine(ModelVerbs):
                 self._drop_entry(entry, "error", f"{type(exc).__name__}: {exc}")
             return
         elapsed_ms = (time.perf_counter() - started) * 1000.0
-        self._busy_ms += elapsed_ms
-        if info is not None:
-            self.observed.batch_ran(session, info.profile, len(batch), elapsed_ms)
-        self.policy.feedback(session, len(batch), elapsed_ms, min(e.budget_ms for e in batch))
         self.metrics.batch(info.label.split("/")[0] if info else "?", frag.name, len(batch))
         ready: list[Admitted] = []
         with self._cond:
+            self._busy_ms += elapsed_ms
+            if info is not None:
+                self.observed.batch_ran(session, info.profile, len(batch), elapsed_ms)
+            self.policy.feedback(session, len(batch), elapsed_ms, min(e.budget_ms for e in batch))
             for entry, value in zip(batch, outputs):
                 for a, name in entry.subscribers:
                     if not a.finished and self.paths.advance(a, name, value, self._fail):
@@ -213,7 +228,8 @@ class Engine(ModelVerbs):
     def load_report(self) -> dict:
         with self._cond:
             elapsed = max(1.0, self.clock() - self._started_ms)
-            return {"device": self.device, "busy_fraction": round(self._busy_ms / elapsed, 4),
+            return {"device": self.device, "lanes": self.lanes,
+                    "busy_fraction": round(self._busy_ms / elapsed / self.lanes, 4),
                     "guest": self.arbiter.report(),
                     "queues": {self.manager.sessions[s].label: n for s, n in self.queues.depths().items()
                                if s in self.manager.sessions}}
@@ -225,7 +241,8 @@ class Engine(ModelVerbs):
             self._cond.notify_all()
         for entry, reason in dropped:
             self._drop_entry(entry, reason)
-        self._thread.join(timeout_s)
+        for thread in self._threads:
+            thread.join(timeout_s)
         self._post.shutdown(wait=True)
 
     def __enter__(self) -> "Engine":

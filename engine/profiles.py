@@ -99,15 +99,16 @@ class Profile:
                    tuple(d["std_ms"]))
 
 
-def device_key(device: str) -> str:
-    """Identifies the hardware and software a profile was measured on."""
+def device_key(device: str, threads: int | None = None) -> str:
+    """Identifies the hardware and software a profile was measured on: on a CPU, with
+    the threads a batch runs on (engine/lanes.py; None: torch's count)."""
     import torch
 
     if device.startswith("cuda"):
         name = torch.cuda.get_device_name(torch.device(device))
     else:
         name = platform.processor() or platform.machine()
-        name = f"{name}-{torch.get_num_threads()}threads"
+        name = f"{name}-{threads or torch.get_num_threads()}threads"
     return f"{device.split(':')[0]}:{name}:torch{torch.__version__}".replace(" ", "_").replace("/", "_")
 
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.adapters import Fragment, LoadedModel, load_model
+from engine.lanes import use_threads
 from engine.profiles import Profile, ProfileStore, device_key, measure
 from engine.repository import ModelRepository, RepositoryError
 
@@ -52,6 +53,7 @@ class SessionInfo:
 class ModelManager:
     repository: ModelRepository
     device: str
+    threads: int | None = None  # a lane's intra-op threads (engine/lanes.py): profiles are measured on them
     lock: threading.RLock = field(default_factory=threading.RLock)
     versions: dict[str, dict[int, Servable]] = field(default_factory=dict)
     labels: dict[str, dict[str, int]] = field(default_factory=dict)
@@ -65,7 +67,7 @@ class ModelManager:
     share: bool = True
 
     def __post_init__(self) -> None:
-        self._device_key = device_key(self.device)
+        self._device_key = device_key(self.device, self.threads)
 
     # -- resolution ----------------------------------------------------------------------
     def resolve(self, name: str, ref: int | str | None) -> Servable:
@@ -185,6 +187,7 @@ class ModelManager:
 
     # -- profiles -------------------------------------------------------------------------------
     def _profiles(self, model: LoadedModel) -> dict[str, Profile]:
+        use_threads(self.threads)  # timed as a lane runs them
         store = ProfileStore(model.folder)
         sizes = tuple(model.spec.batch_sizes)
         out: dict[str, Profile] = {}

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from apps.spec import LIVE_FIELDS, SpecError, builtin_names, load_spec
+from engine.lanes import AUTO_MAX_LANES, MAX_LANES
 from streams.urls import scheme_of
 from vigil.offline import DEFAULT_APPS
 from vigil.settings import MODELS_DIR
@@ -27,7 +28,8 @@ def _run(args: argparse.Namespace) -> int:
         options = RunOptions(out_dir=args.out, video=not args.no_video, max_frames=args.max_frames,
                              device=args.device, block_frames=args.block_frames,
                              progress=sys.stderr.isatty() and not args.quiet, repository=args.models,
-                             policy=args.policy, realtime=args.realtime, detections=args.detections)
+                             policy=args.policy, lanes=args.lanes, realtime=args.realtime, detections=args.detections,
+                             snapshots=args.snapshots)
         summary = run_offline(args.source, specs, options)
     except (RunError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -332,12 +334,18 @@ def build_parser() -> argparse.ArgumentParser:
                      help="model repository (default: configs/models)")
     run.add_argument("--policy", default="nexus", choices=["nexus", "tfs", "clipper", "nobatch"],
                      help="engine scheduling policy (default: nexus)")
+    run.add_argument("--lanes", type=int, metavar="N",
+                     help=f"batches the device runs at once (1..{MAX_LANES}; default: one on a GPU, one per core "
+                          f"up to {AUTO_MAX_LANES} on a CPU)")
     run.add_argument("--realtime", action="store_true",
                      help="pace the file like a live camera and drop frames that miss their deadline (default: "
                           "analyse every sampled frame, so results never depend on the machine's speed)")
     run.add_argument("--detections", action="store_true",
                      help="also write each analysed frame's detections (and a classifier's best classes) to "
                           "detections.jsonl")
+    run.add_argument("--snapshots", action="store_true",
+                     help="also write each event's frame with the object's box, and a crop of it, under "
+                          "OUT/snapshots (events.jsonl names them)")
     run.add_argument("-q", "--quiet", action="store_true", help="no progress bar or table")
     run.set_defaults(func=_run)
 

@@ -33,11 +33,13 @@ from apps.spec import AppSpec
 from engine.detections import Detections
 from engine.device import resolve_device
 from engine.engine import Engine
+from engine.lanes import MAX_LANES
 from engine.repository import ModelRepository
 from streams import FrameBlock, SourceError, SourceOptions, cut_blocks, open_source
 from streams.clock import monotonic_ms
 from vigil.pipeline import AppRunner, BlockPipeline, InFlight, RunError, build_runners, observe_block, submit_block
 from vigil.settings import MODELS_DIR
+from vigil.snapshots import SnapshotWriter
 from vigil.video import VideoWriter
 
 DEFAULT_APPS = ("people-counter", "vehicle-counter", "motion")  # the built-in apps a run uses unless told
@@ -53,18 +55,23 @@ class RunOptions:
     progress: bool = False
     repository: Path = MODELS_DIR
     policy: str = "nexus"
+    lanes: int | None = None  # batches run at once; None: what suits the device (engine/lanes.py)
     # pace the file at its frame rate, as a live camera would deliver it, and let the
     # engine drop what cannot meet its deadline; otherwise every sampled frame is
     # analysed however long it takes, and the results never depend on the machine's speed
     realtime: bool = False
     # also write what each app's model gave for every analysed frame (detections.jsonl)
     detections: bool = False
+    # also write each event's frame with its box, and a crop, under snapshots/ (vigil/snapshots.py)
+    snapshots: bool = False
 
     def __post_init__(self) -> None:
         if self.max_frames is not None and self.max_frames < 1:
             raise ValueError(f"max_frames must be >= 1; was {self.max_frames}")
         if self.block_frames < 1:
             raise ValueError(f"block_frames must be >= 1; was {self.block_frames}")
+        if self.lanes is not None and not 1 <= self.lanes <= MAX_LANES:
+            raise ValueError(f"lanes must be in 1..{MAX_LANES}; was {self.lanes}")
 
 
 def run_offline(source: str, specs: list[AppSpec], options: RunOptions,
@@ -83,7 +90,8 @@ def run_offline(source: str, specs: list[AppSpec], options: RunOptions,
         raise RunError(str(exc)) from None
     info = src.info
     size = (info.width, info.height)
-    engine = Engine(ModelRepository(options.repository), device, policy=options.policy, clock=clock)
+    engine = Engine(ModelRepository(options.repository), device, policy=options.policy, clock=clock,
+                    lanes=options.lanes)
     try:
         runners = build_runners(specs, engine, src.stream_id, size, info.fps)
     except RunError:
@@ -98,10 +106,14 @@ def run_offline(source: str, specs: list[AppSpec], options: RunOptions,
     frames_decoded, error = 0, None
     started = time.perf_counter()
     detections_path = out / "detections.jsonl"
+    shots = SnapshotWriter(out / "snapshots", retain_days=3650.0, max_mb=10_000_000.0) if options.snapshots else None
+
+    def emit(events: list[Event], frames: FrameBlock | None) -> None:
+        _write_events(events_file, shots.attach(events, frames) if shots else events)
     with open(out / "events.jsonl", "w") as events_file, \
             open(detections_path, "w") if options.detections else nullcontext() as detections_file:
         def complete(done: InFlight) -> None:
-            per_frame = observe_block(done, runners, engine, lambda events: _write_events(events_file, events))
+            per_frame = observe_block(done, runners, engine, emit)
             if detections_file is not None:
                 _write_detections(detections_file, runners, per_frame)
             if writer:
@@ -119,7 +131,7 @@ def run_offline(source: str, specs: list[AppSpec], options: RunOptions,
             src.close()
             pipeline.drain()
             for r in runners:
-                _write_events(events_file, r.app.finish())
+                emit(r.app.finish(), None)
             if writer:
                 writer.close()
             progress.close()
@@ -138,7 +150,8 @@ def run_offline(source: str, specs: list[AppSpec], options: RunOptions,
         "batch_sizes": engine.metrics.batch_histograms(),
         "outputs": {"summary": str(out / "summary.json"), "events": str(out / "events.jsonl"),
                     "video": str(out / "annotated.mp4") if options.video else None,
-                    "detections": str(detections_path) if options.detections else None},
+                    "detections": str(detections_path) if options.detections else None,
+                    "snapshots": str(out / "snapshots") if options.snapshots else None},
         "error": error,
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=2))

@@ -158,10 +158,11 @@ def submit_block(block: FrameBlock, runners: list[AppRunner], engine: Engine, cl
 
 
 def observe_block(flight: InFlight, runners: list[AppRunner], engine: Engine,
-                  emit: Callable[[list[Event]], None],
+                  emit: Callable[[list[Event], FrameBlock | None], None],
                   on_error: OnError | None = None) -> dict[str, dict[int, FrameResult]]:
     """Wait for a block's results and let each app track and count them: app -> frame id
-    -> what the app made of that frame."""
+    -> what the app made of that frame. Events go to `emit` with the frames they were
+    seen on (for snapshots)."""
     per_frame: dict[str, dict[int, FrameResult]] = {}
     for r in runners:
         sub = flight.sampled[r.app.name]
@@ -173,7 +174,7 @@ def observe_block(flight: InFlight, runners: list[AppRunner], engine: Engine,
 
 
 def _observe(r: AppRunner, sub: FrameBlock, flight: InFlight,
-             emit: Callable[[list[Event]], None]) -> dict[int, FrameResult]:
+             emit: Callable[[list[Event], FrameBlock | None], None]) -> dict[int, FrameResult]:
     name = r.app.name
     if r.host is not None:
         keep, dets, classes = np.ones(len(sub), bool), flight.host_results[name], None
@@ -194,10 +195,12 @@ def _observe(r: AppRunner, sub: FrameBlock, flight: InFlight,
                 selected = exc.selected
             if selected is not None:  # an adaptive switch, stamped with the frame that saw it
                 emit([Event("model_selected", name, sub.stream_id, float(sub.pts_ms[i]), -1, "",
-                            {k: selected[k] for k in ("model", "from_version", "to_version", "rate_per_s")})])
+                            {k: selected[k] for k in ("model", "from_version", "to_version", "rate_per_s")})],
+                     None)
     r.block_results = int(keep.sum())
-    events, results = r.app.observe(sub.select(keep), dets, classes)
-    emit(events)
+    observed = sub.select(keep)
+    events, results = r.app.observe(observed, dets, classes)
+    emit(events, observed)
     return {res.frame_id: res for res in results}
 
 

@@ -38,6 +38,7 @@ from vigil.services.sinks import SinkService
 from vigil.services.models import ModelService
 from vigil.services.streams import StreamService
 from vigil.settings import Settings, SettingsError
+from vigil.snapshots import SnapshotWriter
 from vigil.storage import Storage, StorageFull
 
 log = logging.getLogger("vigil.service")
@@ -52,16 +53,21 @@ class Vigil:
         self.storage = Storage(settings.data_dir / "vigil.db")
         self.repository = ModelRepository(settings.model_repository)
         self.device = resolve_device(settings.device)
-        self.engine = Engine(self.repository, self.device, policy=settings.policy, clock=clock)
+        self.engine = Engine(self.repository, self.device, policy=settings.policy, clock=clock,
+                             lanes=settings.lanes)
         self.rollups = Rollups(settings.rollup_interval_s, wall_s)
         self.engine.metrics.listeners.append(self.rollups)
         governor = LoadGovernor()  # every stream's apps under one view of the shared engine
         captions = Captions(self.storage, settings.caption_every_s)
         self.models = ModelService(self.repository, self.engine, self.storage, settings.limits)
-        self.streams = StreamService(settings, self.storage, self.engine, governor, clock, on_block=captions.observe)
+        shots = settings.snapshots
+        self.snapshots = SnapshotWriter(settings.data_dir / "snapshots", shots.retain_days, shots.max_mb, wall_s) \
+            if shots.enabled else None
+        self.streams = StreamService(settings, self.storage, self.engine, governor, clock, on_block=captions.observe,
+                                     snapshots=self.snapshots)
         self.apps = AppService(settings.limits, self.storage, self.streams, self.models, self.engine, self.rollups,
                                governor)
-        self.events = EventService(self.storage, settings.limits)
+        self.events = EventService(self.storage, settings.limits, self.snapshots)
         self.cameras = CameraService(self.streams, self.apps)
         self.sinks = SinkService(settings.sinks, self.storage, self.engine.metrics.registry)
         self.llm = LLMService(settings, self.device, self.engine.arbiter, LLMMetrics(self.engine.metrics.registry),

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from apps.documents import DocumentError, load_yaml
 from apps.events import EVENT_TYPES
 from apps.spec import format_errors
+from engine.lanes import AUTO_MAX_LANES, MAX_LANES
 from engine.share import MAX_SHARE
 from streams.urls import ALL_SCHEMES, DEFAULT_SCHEMES, SourcePolicy
 
@@ -137,6 +138,16 @@ class Sinks(BaseModel):
         return self
 
 
+class Snapshots(BaseModel):
+    """Each event's frame with the object's box, and a crop of it (vigil/snapshots.py)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    enabled: bool = False
+    retain_days: float = Field(7.0, gt=0, le=3650)
+    max_mb: float = Field(1024.0, gt=0, le=10_000_000, description="past this the oldest go first")
+
+
 class Settings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
@@ -147,6 +158,9 @@ class Settings(BaseModel):
     model_repository: Path = MODELS_DIR
     device: str = "auto"
     policy: str = "nexus"
+    lanes: int | None = Field(None, ge=1, le=MAX_LANES, description="batches the device runs at once, each on its "
+                              "share of the cores; null: one on a GPU, one per core up to "
+                              f"{AUTO_MAX_LANES} on a CPU")
     api_keys: tuple[str, ...] = ()
     open_llm_routes: bool = Field(False, description="true: /v1/completions, /v1/chat/completions and /v1/ask "
                                                      "need no key even when keys are set")
@@ -162,6 +176,7 @@ class Settings(BaseModel):
                                                                      "the time they run in vision's slack")
     limits: Limits = Field(default_factory=Limits)
     sinks: Sinks = Field(default_factory=Sinks, description="where events go besides storage")
+    snapshots: Snapshots = Field(default_factory=Snapshots)
     cameras: tuple[Camera, ...] = Field((), max_length=1024, description="created at start, and changed by "
                                         "POST /v1/config/reload or SIGHUP")
 

@@ -251,9 +251,11 @@ class Storage:
             params.append(q.until_ms)
         rows = self._exec(f"SELECT * FROM events WHERE {' AND '.join(where)} ORDER BY id LIMIT ?",
                           [*params, q.limit])
-        return [{"id": r["id"], "type": r["type"], "app": r["app"], "stream": r["stream"], "run": r["run"],
-                 "t_ms": r["t_ms"], "track_id": r["track_id"], "class": r["class"], **json.loads(r["data"])}
-                for r in rows]
+        return [_event_row(r) for r in rows]
+
+    def event(self, event_id: int) -> dict | None:
+        rows = self._exec("SELECT * FROM events WHERE id = ?", (event_id,))
+        return _event_row(rows[0]) if rows else None
 
     def max_event_id(self) -> int:
         return self._exec("SELECT COALESCE(MAX(id), 0) AS n FROM events")[0]["n"]
@@ -329,3 +331,8 @@ def _statements(script: str) -> list[str]:
     """Split a migration into statements (none of ours contain ';' inside a literal)."""
     lines = [line.split("--", 1)[0] for line in script.splitlines()]
     return [s.strip() for s in "\n".join(lines).split(";") if s.strip()]
+
+
+def _event_row(r) -> dict:
+    return {"id": r["id"], "type": r["type"], "app": r["app"], "stream": r["stream"], "run": r["run"],
+            "t_ms": r["t_ms"], "track_id": r["track_id"], "class": r["class"], **json.loads(r["data"])}

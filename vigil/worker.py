@@ -48,7 +48,8 @@ class AppStatus:
 
 
 class StreamWorker:
-    def __init__(self, stream: ManagedStream, engine: Engine, emit: Callable[[list[Event]], list[dict]],
+    def __init__(self, stream: ManagedStream, engine: Engine,
+                 emit: Callable[[list[Event], FrameBlock | None], list[dict]],
                  block_frames: int, block_ms: float, clock: Callable[[], float],
                  on_block: Callable[[str, float, list[dict], dict[str, dict[str, int]]], None] | None = None,
                  governor: LoadGovernor | None = None, quiet_after_s: float = 300.0) -> None:
@@ -236,13 +237,14 @@ class StreamWorker:
         rates = [r.sampler.fps for r in runners]
         return None if not rates or None in rates else max(rates)
 
-    def _emit(self, events: list[Event]) -> None:
-        """Store the events; the block's listeners then take them as stored (with ids)."""
+    def _emit(self, events: list[Event], frames: FrameBlock | None = None) -> None:
+        """Store the events (`frames`: those they were seen on, for snapshots); the
+        block's listeners then take them as stored (with ids)."""
         if not events:
             return
         stored = None
         try:
-            stored = self.emit(events)
+            stored = self.emit(events, frames)
         except StorageFull:
             pass  # said once by storage; the counts and the live views go on
         except Exception:

@@ -36,10 +36,13 @@ def test_person_walking_across_emits_start_zone_exit_cross_and_end():
     kinds = [e.type for e in events]
     assert kinds.count("track_start") == 1
     cross = [e for e in events if e.type == "line_cross"]
-    assert len(cross) == 1 and cross[0].data == {"line": "gate", "direction": "in"}
+    at = int(round(cross[0].t_ms / 100.0))  # its frame (10 a second): where the person was then
+    assert len(cross) == 1 and cross[0].data == {"line": "gate", "direction": "in",
+                                                 "box": [round(float(v), 1) for v in box_at(70 + 4 * at, 50)]}
     assert [e.data["zone"] for e in events if e.type == "zone_enter"] == ["left"]
     assert [e.data["zone"] for e in events if e.type == "zone_exit"] == ["left"]
     assert kinds[-1] == "track_end"  # ended after lost_track_s without detections
+    assert events[-1].data["box"] == [round(float(v), 1) for v in box_at(70 + 4 * 11, 50)]  # where it was last seen
     assert app.counts()["lines"]["gate"] == {"in": 1, "out": 0, "by_class": {"person": {"in": 1, "out": 0}}}
     assert app.num_tracks == 1
 

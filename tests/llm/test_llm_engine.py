@@ -119,13 +119,15 @@ def test_no_kv_leak_after_ten_thousand_requests(tiny):
     assert not e.running and not e.waiting
 
 
-def test_llm_steps_keep_their_share_beside_a_saturated_vision_engine(tiny):
+@pytest.mark.parametrize("lanes", [1, 2])
+def test_llm_steps_keep_their_share_beside_a_saturated_vision_engine(tiny, lanes):
     """SceneDet's queue never empties (two clients keep 12 frames each outstanding): the
     LLM still finishes, taking about its `min_share` of device time: an LLM that waited
-    for an empty vision queue would never run."""
+    for an empty vision queue would never run. With two lanes, its steps still get the
+    device to themselves (device time counted in lane time)."""
     frame = np.zeros((360, 640, 3), np.uint8)
     stop = threading.Event()
-    with Engine(ModelRepository(MODELS_DIR), "cpu") as vision:
+    with Engine(ModelRepository(MODELS_DIR), "cpu", lanes=lanes) as vision:
         vision.load("scenedet")
 
         def keep_busy(client: int) -> None:

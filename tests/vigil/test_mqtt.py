@@ -1,6 +1,7 @@
 """The MQTT sink against a real Mosquitto broker (Debian's), started here: every stored
-event arrives on vigil/events with its id, the retained line counts equal the app's,
-and vigil/available says online, then offline."""
+event arrives on vigil/events with its id, its snapshot answers when the message
+arrives, the retained line counts equal the app's, and vigil/available says online,
+then offline."""
 
 from __future__ import annotations
 
@@ -12,11 +13,14 @@ import subprocess
 import threading
 import time
 
+import cv2
 import httpx
+import numpy as np
 import paho.mqtt.client as mqtt
 import pytest
 
 from support.processes import VigilServer, free_port, settled, wait_for
+from vigil.snapshots import crop_bounds
 
 MOSQUITTO = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
 pytestmark = pytest.mark.skipif(not os.path.exists(MOSQUITTO),
@@ -28,6 +32,7 @@ class Subscriber:
 
     def __init__(self, port: int, topic: str) -> None:
         self.messages: list[tuple[str, bytes, bool]] = []
+        self.react = None  # called with each message, on paho's thread, as it arrives
         self.lock = threading.Lock()
         subscribed = threading.Event()
         self.client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2)
@@ -41,6 +46,8 @@ class Subscriber:
     def _keep(self, client, userdata, msg) -> None:
         with self.lock:
             self.messages.append((msg.topic, msg.payload, bool(msg.retain)))
+        if self.react is not None:
+            self.react(msg.topic, msg.payload)
 
     def of(self, topic: str) -> list[bytes]:
         with self.lock:
@@ -66,9 +73,18 @@ def broker():
 def test_every_event_arrives_and_the_retained_counts_equal_the_apps(tmp_path, bundled_clips, broker):
     watch = Subscriber(broker, "vigil/#")
     config = {"llm_model": None, "caption_every_s": 0, "sinks": {"mqtt": {"host": "127.0.0.1", "port": broker}},
+              "snapshots": {"enabled": True},
               "cameras": [{"name": "cam", "url": str(bundled_clips[0]), "options": {"realtime": False},
                            "apps": ["people-counter"]}]}
     srv = VigilServer(tmp_path / "data", config=config).start()
+    answered: dict[str, int] = {}  # snapshot URL -> its status when the message naming it came
+
+    def fetch_snapshot(topic: str, payload: bytes) -> None:
+        after = json.loads(payload)["after"] if topic == "vigil/events" else {}
+        if after.get("snapshot_url"):
+            answered[after["snapshot_url"]] = httpx.get(srv.url + after["snapshot_url"], timeout=30).status_code
+
+    watch.react = fetch_snapshot
     try:
         wait_for(lambda: b"online" in watch.of("vigil/available"), 20, "vigil/available online")
         with httpx.Client(base_url=srv.url, timeout=60) as api:
@@ -77,6 +93,12 @@ def test_every_event_arrives_and_the_retained_counts_equal_the_apps(tmp_path, bu
             stored = api.get("/v1/events", params={"limit": 10_000}).json()["events"]
             counts = api.get("/v1/apps/cam-people-counter").json()["counts"]["lines"]
             metrics = api.get("/metrics").text
+            shot = next(e for e in stored if e.get("snapshot"))
+            crop = cv2.imdecode(np.frombuffer(api.get(f"/v1/events/{shot['id']}/crop.jpg").content, np.uint8),
+                                cv2.IMREAD_COLOR)
+            ended = next(e for e in stored if e["type"] == "track_end")
+            no_shot = api.get(f"/v1/events/{ended['id']}/snapshot.jpg")
+            unknown = api.get("/v1/events/999999/snapshot.jpg")
     finally:
         srv.stop()
     wait_for(lambda: watch.of("vigil/available")[-1:] == [b"offline"], 10, "vigil/available offline")
@@ -89,6 +111,14 @@ def test_every_event_arrives_and_the_retained_counts_equal_the_apps(tmp_path, bu
         assert m["type"] == want, m
     crossed = [m["after"] for m in events if m["after"]["type"] == "line_cross"]
     assert crossed, "the clip has crossings"
+    # every event seen on a frame with its box names a snapshot, which answered at once
+    boxed = [m["after"] for m in events if m["after"]["type"] in ("track_start", "line_cross", "zone_enter")]
+    assert boxed and all(a["has_snapshot"] and a["snapshot_url"] in answered for a in boxed)
+    assert set(answered.values()) == {200}, answered
+    left, top, right, bottom = crop_bounds(shot["box"], 640, 360)
+    assert crop.shape == (bottom - top, right - left, 3)  # the snapshot's box is the event's
+    assert no_shot.status_code == 404 and "has no snapshot" in no_shot.json()["detail"]
+    assert unknown.status_code == 404 and "no event 999999" in unknown.json()["detail"]
     # a fresh subscriber gets the retained counts: they are the app's
     late = Subscriber(broker, "vigil/cam/#")
     time.sleep(1.0)

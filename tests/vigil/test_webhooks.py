@@ -14,6 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import httpx
 
 from support.processes import VigilServer, free_port, settled, wait_for
+from vigil.snapshots import with_links
 
 SECRET = "s3cr3t"
 
@@ -92,4 +93,4 @@ def test_every_event_is_delivered_once_in_order_and_signed_through_an_outage_and
     assert sorted(first) == sorted(str(e["id"]) for e in stored)  # every stored event, none other
     assert [e for e in first.values()] == sorted(first.values(), key=lambda e: e["id"])  # in order
     by_id = {e["id"]: e for e in stored}
-    assert all(by_id[e["id"]] == e for e in first.values())  # as stored
+    assert all(with_links(by_id[e["id"]]) == e for e in first.values())  # as stored, with snapshot links

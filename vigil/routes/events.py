@@ -1,13 +1,13 @@
-"""/v1/events (stored events, filtered and paged) and the dashboard's /v1/overview,
-once or as server-sent events."""
+"""/v1/events (stored events, filtered and paged), an event's snapshot and crop, and
+the dashboard's /v1/overview, once or as server-sent events."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 
-from fastapi import APIRouter, Query, Request
-from fastapi.responses import StreamingResponse
+from fastapi import APIRouter, Path, Query, Request
+from fastapi.responses import FileResponse, StreamingResponse
 
 from apps.events import EVENT_TYPES
 from vigil.routes.deps import ServiceDep
@@ -26,6 +26,18 @@ def events(service: ServiceDep, app: str | None = Query(None, max_length=64),
     """Filter by app, stream, type and stream-time range; page with `after_id`
     (the previous page's `next_after_id`)."""
     return service.events.query(app, stream, type, since_ms, until_ms, after_id, limit)
+
+
+@router.get("/events/{event_id}/snapshot.jpg", tags=["events"], response_class=FileResponse)
+def event_snapshot(service: ServiceDep, event_id: int = Path(ge=1, le=MAX_EVENT_ID)) -> FileResponse:
+    """The frame the event was seen on, with the object's box drawn (snapshots on)."""
+    return FileResponse(service.events.snapshot(event_id), media_type="image/jpeg")
+
+
+@router.get("/events/{event_id}/crop.jpg", tags=["events"], response_class=FileResponse)
+def event_crop(service: ServiceDep, event_id: int = Path(ge=1, le=MAX_EVENT_ID)) -> FileResponse:
+    """The object alone: its box with a margin around it."""
+    return FileResponse(service.events.snapshot(event_id, crop=True), media_type="image/jpeg")
 
 
 @router.get("/overview", tags=["dashboard"])

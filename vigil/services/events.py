@@ -3,20 +3,40 @@ and stream."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from apps.events import EVENT_TYPES
 from vigil.services.apps import AppService
-from vigil.services.errors import Invalid
+from vigil.services.errors import Invalid, NotFound
 from vigil.services.streams import StreamService
 from vigil.settings import Limits
+from vigil.snapshots import SnapshotWriter
 from vigil.storage import EventQuery, Storage
 
 STREAM_FIELDS = ("name", "status", "last_error", "reconnects", "frames_decoded", "frames_dropped")
 
 
 class EventService:
-    def __init__(self, storage: Storage, limits: Limits) -> None:
+    def __init__(self, storage: Storage, limits: Limits, snapshots: SnapshotWriter | None = None) -> None:
         self.storage = storage
         self.limits = limits
+        self.snapshots = snapshots
+
+    def snapshot(self, event_id: int, crop: bool = False) -> Path:
+        """The JPEG of an event's snapshot (the frame with its box, or the crop)."""
+        event = self.storage.event(event_id)
+        if event is None:
+            raise NotFound(f"no event {event_id}")
+        if self.snapshots is None:
+            raise NotFound("snapshots are off (snapshots: {enabled: true} in the server config)")
+        key = event.get("snapshot")
+        if key is None:
+            raise NotFound(f"event {event_id} ({event['type']}) has no snapshot: it has no box on a frame "
+                           "analysed while snapshots were on")
+        path = self.snapshots.path(key, crop)
+        if path is None or not path.is_file():
+            raise NotFound(f"event {event_id}'s snapshot is gone (retention: snapshots.retain_days, max_mb)")
+        return path
 
     def query(self, app: str | None = None, stream: str | None = None, type: str | None = None,
               since_ms: float | None = None, until_ms: float | None = None, after_id: int = 0,

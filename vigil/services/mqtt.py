@@ -27,6 +27,7 @@ from prometheus_client import Counter
 
 from vigil.services.outbox import OutboxSink
 from vigil.settings import Mqtt
+from vigil.snapshots import with_links
 from vigil.storage import Storage
 
 
@@ -102,7 +103,7 @@ class MqttSink(OutboxSink):
             entered += [zone] if zone not in entered else []
         elif event["type"] == "zone_exit" and zone in current:
             current.remove(zone)
-        return {**event, "current_zones": current, "entered_zones": entered}
+        return {**with_links(event), "current_zones": current, "entered_zones": entered}
 
     def _line_count(self, event: dict) -> list[tuple[str, str, bool]]:
         camera, app, line, cls, way = event["stream"], event["app"], event["line"], event["class"], event["direction"]

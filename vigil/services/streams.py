@@ -18,11 +18,13 @@ from pydantic import ValidationError
 from apps.events import Event
 from apps.spec import NAME_RULE, format_errors, valid_name
 from engine.engine import Engine
+from streams import FrameBlock
 from streams.live import ManagedStream, StreamOptions
 from streams.urls import NoSuchFile, NotAllowed, check_url, is_live_url, redact_url
 from vigil.load import LoadGovernor
 from vigil.services.errors import Conflict, Forbidden, Invalid, NotFound, ServiceError
 from vigil.settings import Settings
+from vigil.snapshots import SnapshotWriter
 from vigil.storage import Storage
 from vigil.worker import StreamWorker
 
@@ -41,8 +43,10 @@ def stream_options(options: Any) -> StreamOptions:
 
 class StreamService:
     def __init__(self, settings: Settings, storage: Storage, engine: Engine, governor: LoadGovernor,
-                 clock: Callable[[], float], on_block: OnBlock | None = None) -> None:
+                 clock: Callable[[], float], on_block: OnBlock | None = None,
+                 snapshots: SnapshotWriter | None = None) -> None:
         self.settings = settings
+        self.snapshots = snapshots
         self.storage = storage
         self.engine = engine
         self.governor = governor
@@ -149,10 +153,12 @@ class StreamService:
             start_ms = 0.0 if last is None else (math.floor(last / 1000.0) + 1) * 1000.0
         stream = ManagedStream(name, opened, opts, clock=self.clock, start_ms=start_ms, shown_url=given)
         s = self.settings
-        worker = StreamWorker(stream, self.engine, lambda events: self._store_events(events, run), s.block_frames,
-                              s.block_ms, self.clock, on_block=self.on_block, governor=self.governor,
+        worker = StreamWorker(stream, self.engine, lambda events, frames: self._store_events(events, run, frames),
+                              s.block_frames, s.block_ms, self.clock, on_block=self.on_block, governor=self.governor,
                               quiet_after_s=s.quiet_after_s)
         self.workers[name] = worker.start()
 
-    def _store_events(self, events: list[Event], run: int) -> list[dict]:
+    def _store_events(self, events: list[Event], run: int, frames: FrameBlock | None) -> list[dict]:
+        if self.snapshots is not None:  # written first: a stored event's snapshot is there
+            events = self.snapshots.attach(events, frames)
         return self.storage.add_events([{**e.to_dict(), "run": run} for e in events])

@@ -21,6 +21,7 @@ from prometheus_client import Counter
 from streams.urls import redact_url
 from vigil.services.outbox import OutboxSink
 from vigil.settings import Webhook
+from vigil.snapshots import with_links
 from vigil.storage import Storage
 
 
@@ -46,7 +47,7 @@ class WebhookSink(OutboxSink):
             self._client.close()
 
     def _send(self, event: dict) -> tuple[str, str | None]:
-        body = json.dumps(event, separators=(",", ":")).encode()
+        body = json.dumps(with_links(event), separators=(",", ":")).encode()
         headers = {"Content-Type": "application/json", "Idempotency-Key": str(event["id"]),
                    "X-Vigil-Event-Id": str(event["id"])}
         if self.hook.secret:
