@@ -5,8 +5,10 @@ frames at the app's rate, gets their detections (from a detector or the engine's
 batches) and hands them to `observe`, which tracks them and applies lines and zones.
 
 Per frame: keep detections above `min_confidence` (or their class's `min_score`) that
-pass their class's size and shape filters and lie outside the object masks -> track all classes -> each track's
-class is its majority vote -> count only the app's classes on lines and zones.
+pass their class's size and shape filters and lie outside the object masks -> track all
+classes (a stationary object that comes back keeps its track, apps/stationary.py) ->
+each track's class is its majority vote -> count only the app's classes on lines (those
+that move) and zones.
 
 A classifier's answer (`Classes`) is kept per frame as the app's `top_k` best classes;
 its best class, once at `min_confidence`, is the frame's class: a change of it is a
@@ -23,6 +25,7 @@ from apps.counting import LineCounter, ZoneMonitor
 from apps.events import Event
 from apps.filters import DetectionFilter
 from apps.spec import AppSpec
+from apps.stationary import StationaryKeeper, parked_for_s
 from apps.tracking import Tracker
 from engine.classes import Classes
 from engine.detections import Detections
@@ -65,10 +68,12 @@ class App:
     class_frames: dict[str, int] = field(default_factory=dict)  # frames of each best class
     last_classes: list[tuple[str, float]] = field(default_factory=list)
     filter: DetectionFilter = field(init=False)
+    keeper: StationaryKeeper = field(init=False)
 
     def __post_init__(self) -> None:
         spec = self.spec
         self.filter = DetectionFilter(spec, self.labels, self.frame_size)
+        self.keeper = StationaryKeeper(spec.stationary_s, parked_for_s(spec.stationary_s))
         scale = np.array(self.frame_size, np.float64)
         fps = min(spec.fps, self.stream_fps) if spec.fps else self.stream_fps
         self.tracker = Tracker(spec.tracker, fps=fps)
@@ -150,7 +155,7 @@ class App:
         result.detections = dets
         dets = self.filter(dets)
         self.num_detections += int(np.isin(dets.class_id, self._wanted).sum())
-        tracked = self.tracker.update(dets, t_ms)
+        tracked = self._same_objects(self.tracker.update(dets, t_ms))
         events: list[Event] = []
         for tid, cid, xyxy in zip(tracked.tracker_id, tracked.class_id, tracked.xyxy):
             tid, cid = int(tid), int(cid)
@@ -158,6 +163,7 @@ class App:
             if state is None:
                 state = self.tracks[tid] = TrackState(cid, t_ms, t_ms)
             state.class_id, state.last_ms, state.box = cid, t_ms, [round(float(v), 1) for v in xyxy]
+            self.keeper.seen(tid, state.box, t_ms)
             if not state.started and cid in self._wanted:
                 state.started = True
                 self.num_tracks += 1
@@ -168,8 +174,10 @@ class App:
             state = self.tracks.get(tid)
             return {"box": state.box} if state is not None and state.last_ms == t_ms else {}
 
+        moving = mine[np.array([not self.keeper.stationary(int(t), t_ms) for t in mine.tracker_id], bool)] \
+            if self.keeper.stationary_s is not None else mine
         for line in self.lines:
-            for c in line.update(mine):
+            for c in line.update(moving):
                 events.append(self._event("line_cross", t_ms, c.track_id, c.class_id,
                                           line=line.name, direction=c.direction, **box(c.track_id)))
         for zone in self.zones:
@@ -185,11 +193,31 @@ class App:
         result.tracked = mine
         return events
 
+    def _same_objects(self, tracked: Detections) -> Detections:
+        """The tracker's ids as the app's: a new track on a parked object's box is that
+        object back, under its own id."""
+        if self.keeper.stationary_s is None or not len(tracked):
+            return tracked
+        ids = tracked.tracker_id.copy()
+        for k, (tid, cid, xyxy) in enumerate(zip(tracked.tracker_id, tracked.class_id, tracked.xyxy)):
+            tid = int(tid)
+            if tid in self.keeper.alias:
+                ids[k] = self.keeper.alias[tid]
+            elif tid not in self.tracks:
+                back = self.keeper.returning(tid, [float(v) for v in xyxy], int(cid))
+                ids[k] = tid if back is None else back
+        return Detections(tracked.xyxy, tracked.confidence, tracked.class_id, ids)
+
     def _end_stale_tracks(self, t_ms: float, everything: bool = False) -> list[Event]:
         events: list[Event] = []
         horizon = self.spec.tracker.lost_track_s * 1000.0
         for tid in [t for t, s in self.tracks.items() if everything or t_ms - s.last_ms > horizon]:
-            state = self.tracks.pop(tid)
+            state = self.tracks[tid]
+            if not everything and state.box is not None:  # a stationary object is parked, not ended
+                parked = tid in self.keeper.parked or self.keeper.park(tid, state.box, state.class_id, state.last_ms)
+                if parked and t_ms - state.last_ms <= self.keeper.park_s * 1000.0:
+                    continue
+            del self.tracks[tid]
             dwell: dict[str, float] = {}
             for zone in self.zones:
                 stay = state.last_ms - zone.since_ms[tid] if tid in zone.inside else None
@@ -201,7 +229,8 @@ class App:
                     dwell[zone.name] = round(total, 3)
             for line in self.lines:
                 line.forget(tid)
-            self.tracker.forget(tid)
+            for t in [tid, *self.keeper.forget(tid)]:
+                self.tracker.forget(t)
             if state.started:
                 events.append(self._event("track_end", state.last_ms, tid, state.class_id,
                                           duration_ms=round(state.last_ms - state.first_ms, 3), box=state.box,

@@ -195,6 +195,10 @@ class AppSpec(BaseModel):
                                                "the app's zones (once per stay); none when omitted")
     loiter_classes: list[Annotated[str, Field(max_length=64)]] | None = Field(
         None, max_length=256, description="the classes loiter_s applies to; every class of the app when omitted")
+    stationary_s: float | None = Field(None, gt=0, le=3600, strict=True,
+                                       description="a track whose box stays put this long is stationary: it crosses "
+                                                   "no line, and when lost and found again on the same spot it is the "
+                                                   "same track (a parked car); off when omitted")
     filters: dict[Annotated[str, Field(max_length=64)], ClassFilter] = Field(
         default_factory=dict, max_length=256,
         description=f"per class (or {EVERY_CLASS!r} for every class without its own): the size, shape and score "

@@ -126,6 +126,9 @@ def measure_point(n: int, options: ServeBenchOptions, log: Callable[[str], None]
         server = _Server(Path(tmp), options.device, captions)
         try:
             with httpx.Client(base_url=server.url, timeout=60) as api:
+                # loaded (and on a fresh clone profiled) before any stream decodes: a
+                # profile measured beside the decoders would plan for a slower device
+                api.post("/v1/models/scenedet/load", json={}, timeout=600).raise_for_status()
                 for i in range(n):
                     api.post("/v1/streams", json={"name": f"cam{i}", "url": str(CLIPS[i % len(CLIPS)]),
                                                   "options": {"loop": True}}).raise_for_status()

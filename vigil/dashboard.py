@@ -1,6 +1,7 @@
 """The per-app SLO dashboard: static pages under /dashboard that read the REST API
 (`/v1/overview/stream` for live cards over server-sent events, `/v1/apps/{name}/series`
-for charts). Charts are drawn by plotly.js from the plotly package on PyPI, served from
+for charts, `/v1/events` and the events' snapshots for the events page, and each app's
+latest annotated frame for a camera's live view). Charts are drawn by plotly.js from the plotly package on PyPI, served from
 this server (the machine may be offline)."""
 
 from __future__ import annotations
@@ -33,6 +34,14 @@ def dashboard_router() -> APIRouter:
     @router.get("/dashboard/apps/{name}", response_class=HTMLResponse)
     def app_page(name: str) -> FileResponse:
         return FileResponse(STATIC / "app.html", media_type="text/html")
+
+    @router.get("/dashboard/events", response_class=HTMLResponse)
+    def events_page() -> FileResponse:
+        return FileResponse(STATIC / "events.html", media_type="text/html")
+
+    @router.get("/dashboard/live/{stream}", response_class=HTMLResponse)
+    def live_page(stream: str) -> FileResponse:
+        return FileResponse(STATIC / "live.html", media_type="text/html")
 
     @router.get("/static/{file}")
     def static(file: str) -> FileResponse:

@@ -105,6 +105,8 @@ class EventQuery:
     until_ms: float | None = None
     after_id: int = 0  # pagination cursor: events with a larger id
     limit: int = 100
+    before_id: int | None = None  # ... and with a smaller one
+    newest_first: bool = False
 
 
 class StorageError(Exception):
@@ -239,6 +241,9 @@ class Storage:
 
     def events(self, q: EventQuery) -> list[dict]:
         where, params = ["id > ?"], [q.after_id]
+        if q.before_id is not None:
+            where.append("id < ?")
+            params.append(q.before_id)
         for column, value in (("app", q.app), ("stream", q.stream), ("type", q.type)):
             if value is not None:
                 where.append(f"{column} = ?")
@@ -249,7 +254,8 @@ class Storage:
         if q.until_ms is not None:
             where.append("t_ms < ?")
             params.append(q.until_ms)
-        rows = self._exec(f"SELECT * FROM events WHERE {' AND '.join(where)} ORDER BY id LIMIT ?",
+        order = "DESC" if q.newest_first else "ASC"
+        rows = self._exec(f"SELECT * FROM events WHERE {' AND '.join(where)} ORDER BY id {order} LIMIT ?",
                           [*params, q.limit])
         return [_event_row(r) for r in rows]
 

@@ -114,7 +114,7 @@ def test_each_apps_switches_are_reported_on_its_own_stream(tmp_path):
                 block = dataclasses.replace(make_block(num_frames=4, start=4 * k), stream_id=stream)
                 flights[stream] = submit_block(block, runners[stream], engine, lambda: now[0])
             for stream, flight in flights.items():
-                observe_block(flight, runners[stream], engine, events[stream].extend)
+                observe_block(flight, runners[stream], engine, lambda e, _frames, s=stream: events[s].extend(e))
         for stream, got in events.items():
             switches = [e for e in got if e.type == "model_selected"]
             assert len(switches) >= 2, (stream, switches)  # the first choice and the step up at least

@@ -65,3 +65,45 @@ def test_app_page_draws_charts_and_the_latest_frame(server, browser):
     assert "SLO 1500 ms" in page.locator("#summary").inner_text()
     assert errors == []
     page.close()
+
+
+def test_the_events_page_lists_events_with_their_snapshots_and_filters_them(server, browser):
+    page = browser.new_page()
+    errors = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(f"{server.url}/dashboard")
+    page.get_by_role("link", name="events").click()
+    page.wait_for_url("**/dashboard/events")
+    thumb = page.locator("#events img.thumb").first
+    thumb.wait_for(timeout=60_000)
+    page.wait_for_function("() => { const i = document.querySelector('#events img.thumb'); "
+                           "return i && i.complete && i.naturalWidth > 0; }", timeout=30_000)
+    ids = [int(i) for i in page.locator("#events tbody tr").evaluate_all("rows => rows.map(r => r.dataset.id)")]
+    assert ids == sorted(ids, reverse=True)  # newest first
+    thumb.click()  # the whole frame, with the box drawn
+    page.wait_for_function("() => document.getElementById('viewer').naturalWidth > 0", timeout=30_000)
+    assert page.evaluate("() => document.getElementById('viewer').naturalWidth") == 640
+    page.select_option("#f-type", "line_cross")  # the clip's people cross the midblock line
+    page.wait_for_url("**/dashboard/events?type=line_cross")
+    page.wait_for_function("() => { const t = [...document.querySelectorAll('#events td.type')]; "
+                           "return t.length > 0 && t.every(c => c.textContent === 'line_cross'); }", timeout=60_000)
+    assert "midblock" in page.locator("#events tbody tr").first.inner_text()
+    assert errors == []
+    page.close()
+
+
+def test_a_cameras_live_view_refreshes_its_apps_annotated_frames(server, browser):
+    page = browser.new_page()
+    errors = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(f"{server.url}/dashboard")
+    page.locator("#streams a.live-link", has_text="street").click()
+    page.wait_for_url("**/dashboard/live/street")
+    frame = '#views figure[data-app="people"] img'
+    page.wait_for_function(f"() => {{ const i = document.querySelector('{frame}'); return i && i.naturalWidth > 0; }}",
+                           timeout=30_000)
+    assert page.evaluate(f"() => document.querySelector('{frame}').naturalWidth") == 640
+    first = page.evaluate(f"() => document.querySelector('{frame}').src")
+    page.wait_for_function(f"() => document.querySelector('{frame}').src !== {first!r}", timeout=10_000)
+    assert errors == []
+    page.close()

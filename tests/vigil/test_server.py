@@ -107,6 +107,11 @@ def test_events_filter_and_page(api):
     assert len(page1["events"]) == 3 and page1["next_after_id"] == page1["events"][-1]["id"]
     page2 = api.get("/v1/events", params={"app": "people", "limit": 3, "after_id": page1["next_after_id"]}).json()
     assert page2["events"][0]["id"] > page1["events"][-1]["id"]
+    newest = api.get("/v1/events", params={"app": "people", "limit": 3, "order": "desc"}).json()
+    ids = [e["id"] for e in newest["events"]]
+    assert ids == sorted(ids, reverse=True) and newest["next_before_id"] == ids[-1] and newest["next_after_id"] is None
+    older = api.get("/v1/events", params={"app": "people", "limit": 3, "order": "desc", "before_id": ids[-1]}).json()
+    assert older["events"] and all(e["id"] < ids[-1] for e in older["events"])
     starts = api.get("/v1/events", params={"type": "track_start", "limit": 1000}).json()["events"]
     assert starts and all(e["type"] == "track_start" for e in starts)
     assert api.get("/v1/events", params={"type": "explosion"}).status_code == 422

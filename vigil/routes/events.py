@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from typing import Literal
 
 from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import FileResponse, StreamingResponse
@@ -22,10 +23,14 @@ def events(service: ServiceDep, app: str | None = Query(None, max_length=64),
            type: str | None = Query(None, json_schema_extra={"enum": list(EVENT_TYPES)}),
            since_ms: float | None = Query(None, ge=-1e15, le=1e15),
            until_ms: float | None = Query(None, ge=-1e15, le=1e15),
-           after_id: int = Query(0, ge=0, le=MAX_EVENT_ID), limit: int = Query(100, ge=1, le=10_000)) -> dict:
-    """Filter by app, stream, type and stream-time range; page with `after_id`
-    (the previous page's `next_after_id`)."""
-    return service.events.query(app, stream, type, since_ms, until_ms, after_id, limit)
+           after_id: int = Query(0, ge=0, le=MAX_EVENT_ID), limit: int = Query(100, ge=1, le=10_000),
+           order: Literal["asc", "desc"] = Query("asc", description="desc: newest first"),
+           before_id: int | None = Query(None, ge=1, le=MAX_EVENT_ID)) -> dict:
+    """Filter by app, stream, type and stream-time range. Oldest first, paged with
+    `after_id` (the previous page's `next_after_id`); or `order=desc`, newest first,
+    paged with `before_id` (the previous page's `next_before_id`)."""
+    return service.events.query(app, stream, type, since_ms, until_ms, after_id, limit, before_id,
+                                newest_first=order == "desc")
 
 
 @router.get("/events/{event_id}/snapshot.jpg", tags=["events"], response_class=FileResponse)

@@ -40,13 +40,17 @@ class EventService:
 
     def query(self, app: str | None = None, stream: str | None = None, type: str | None = None,
               since_ms: float | None = None, until_ms: float | None = None, after_id: int = 0,
-              limit: int = 100) -> dict:
-        """One page of events, oldest first; the next page starts after `next_after_id`."""
+              limit: int = 100, before_id: int | None = None, newest_first: bool = False) -> dict:
+        """One page of events, oldest first: the next page starts after `next_after_id`;
+        or newest first: the next (older) page ends before `next_before_id`."""
         if type is not None and type not in EVENT_TYPES:
             raise Invalid(f"type: must be one of {list(EVENT_TYPES)}; was {type!r}")
         limit = max(1, min(limit, self.limits.max_page_size))
-        items = self.storage.events(EventQuery(app, stream, type, since_ms, until_ms, after_id, limit))
-        return {"events": items, "next_after_id": items[-1]["id"] if len(items) == limit else None}
+        items = self.storage.events(EventQuery(app, stream, type, since_ms, until_ms, after_id, limit, before_id,
+                                               newest_first))
+        more = items[-1]["id"] if len(items) == limit else None
+        return {"events": items, "next_after_id": None if newest_first else more,
+                "next_before_id": more if newest_first else None}
 
 
 def overview(streams: StreamService, apps: AppService, ready: bool, device: dict) -> dict:

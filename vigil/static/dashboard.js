@@ -39,7 +39,8 @@ function render(o) {
   document.getElementById("cards").innerHTML = o.apps.map(card).join("") ||
     '<p class="muted">No apps yet: POST /v1/streams and /v1/apps (see /docs).</p>';
   document.querySelector("#streams tbody").innerHTML = o.streams.map((s) =>
-    `<tr><td>${esc(s.name)}</td><td><span class="pill ${s.status}">${s.status}</span></td>
+    `<tr><td><a class="live-link" href="/dashboard/live/${encodeURIComponent(s.name)}">${esc(s.name)}</a></td>
+     <td><span class="pill ${s.status}">${s.status}</span></td>
      <td class="decoded">${s.frames_decoded}</td><td>${s.frames_dropped}</td><td>${s.reconnects}</td>
      <td class="muted">${esc(s.last_error)}</td></tr>`).join("");
 }

@@ -1,0 +1,75 @@
+// Stored events, newest first (GET /v1/events?order=desc), filtered by stream, app and
+// type; an event's crop links to its whole snapshot (GET /v1/events/{id}/snapshot.jpg).
+const TYPES = ["track_start", "track_end", "line_cross", "zone_enter", "zone_exit", "zone_dwell", "class_change",
+  "model_selected"];
+const esc = (s) => String(s ?? "").replace(/[&<>"]/g, (c) => ({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;"}[c]));
+const fields = ["stream", "app", "type"];
+const params = new URLSearchParams(location.search);
+
+function options(id, values) {
+  const select = document.getElementById(id), kept = select.value || params.get(id.slice(2)) || "";
+  select.innerHTML = '<option value="">any</option>' +
+    values.map((v) => `<option value="${esc(v)}">${esc(v)}</option>`).join("");
+  select.value = values.includes(kept) ? kept : "";
+}
+
+function details(e) {
+  const parts = [];
+  if (e.line) parts.push(`${e.line} ${e.direction}`);
+  if (e.zone) parts.push(`zone ${e.zone}`);
+  if (typeof e.dwell_ms === "number") parts.push(`stayed ${(e.dwell_ms / 1000).toFixed(1)} s`);
+  if (typeof e.duration_ms === "number") parts.push(`seen ${(e.duration_ms / 1000).toFixed(1)} s`);
+  if (e.to_version !== undefined) parts.push(`${e.model} v${e.from_version} → v${e.to_version}`);
+  return parts.join(" · ");
+}
+
+function row(e) {
+  const shot = e.snapshot ? `<img class="thumb" loading="lazy" alt="crop" src="/v1/events/${e.id}/crop.jpg"
+      data-snapshot="/v1/events/${e.id}/snapshot.jpg" data-caption="#${e.id} ${esc(e.type)} ${esc(e.class)}">` : "";
+  return `<tr data-id="${e.id}"><td>${shot}</td><td>${e.id}</td><td>${(e.t_ms / 1000).toFixed(1)} s</td>
+    <td>${esc(e.stream)}</td><td>${esc(e.app)}</td><td class="type">${esc(e.type)}</td><td>${esc(e.class)}</td>
+    <td>${e.track_id >= 0 ? e.track_id : ""}</td><td class="muted">${esc(details(e))}</td></tr>`;
+}
+
+let shown = "";
+async function load() {
+  const q = new URLSearchParams({order: "desc", limit: "50"});
+  for (const f of fields) {
+    const v = document.getElementById(`f-${f}`).value;
+    if (v) q.set(f, v);
+  }
+  try {
+    const events = (await (await fetch(`/v1/events?${q}`)).json()).events;
+    const key = q + ":" + events.map((e) => e.id).join(",");
+    if (key === shown) return;  // unchanged: keep the rows (and any image loading in them)
+    shown = key;
+    document.querySelector("#events tbody").innerHTML = events.map(row).join("") ||
+      '<tr><td colspan="9" class="muted">No events match.</td></tr>';
+    document.getElementById("count").textContent = `${events.length} newest shown`;
+  } catch (err) { /* the next round will try again */ }
+}
+
+async function choices() {
+  try {
+    const o = await (await fetch("/v1/overview")).json();
+    options("f-stream", o.streams.map((s) => s.name));
+    options("f-app", o.apps.map((a) => a.name));
+  } catch (err) { /* keep what is there */ }
+}
+
+options("f-type", TYPES);
+document.getElementById("filters").addEventListener("change", () => {
+  const q = new URLSearchParams();
+  for (const f of fields) { const v = document.getElementById(`f-${f}`).value; if (v) q.set(f, v); }
+  history.replaceState(null, "", q.toString() ? `?${q}` : location.pathname);
+  load();
+});
+document.querySelector("#events tbody").addEventListener("click", (ev) => {
+  const img = ev.target.closest("img.thumb");
+  if (!img) return;
+  document.getElementById("viewer").src = img.dataset.snapshot;
+  document.getElementById("viewer-caption").textContent = img.dataset.caption;
+});
+choices().then(load);
+setInterval(load, 3000);
+setInterval(choices, 15000);
