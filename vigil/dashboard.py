@@ -12,12 +12,21 @@ from fastapi import APIRouter
 from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse
 
 STATIC = Path(__file__).parent / "static"
+PAGES = {"/dashboard": "dashboard.html", "/dashboard/apps/{name}": "app.html", "/dashboard/events": "events.html",
+         "/dashboard/live/{stream}": "live.html"}
 
 
 def _plotly_js() -> Path:
     import plotly
 
     return Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
+
+
+def _page(file: str):
+    def page() -> FileResponse:
+        return FileResponse(STATIC / file, media_type="text/html")
+
+    return page
 
 
 def dashboard_router() -> APIRouter:
@@ -27,21 +36,8 @@ def dashboard_router() -> APIRouter:
     def root() -> RedirectResponse:
         return RedirectResponse("/dashboard")
 
-    @router.get("/dashboard", response_class=HTMLResponse)
-    def dashboard() -> FileResponse:
-        return FileResponse(STATIC / "dashboard.html", media_type="text/html")
-
-    @router.get("/dashboard/apps/{name}", response_class=HTMLResponse)
-    def app_page(name: str) -> FileResponse:
-        return FileResponse(STATIC / "app.html", media_type="text/html")
-
-    @router.get("/dashboard/events", response_class=HTMLResponse)
-    def events_page() -> FileResponse:
-        return FileResponse(STATIC / "events.html", media_type="text/html")
-
-    @router.get("/dashboard/live/{stream}", response_class=HTMLResponse)
-    def live_page(stream: str) -> FileResponse:
-        return FileResponse(STATIC / "live.html", media_type="text/html")
+    for path, page in PAGES.items():  # each page reads what it shows from the URL and the API
+        router.add_api_route(path, _page(page), methods=["GET"], response_class=HTMLResponse)
 
     @router.get("/static/{file}")
     def static(file: str) -> FileResponse:
