@@ -146,7 +146,7 @@ def test_llm_steps_keep_their_share_beside_a_saturated_vision_engine(tiny, lanes
         try:
             threading.Event().wait(1.0)  # vision is saturated
             before = dict(vision.arbiter.share.report(), guest=vision.arbiter.share.guest_ms, vision=vision.arbiter.share.vision_ms)
-            h = e.add_request("t1 t2", SamplingParams(max_tokens=120, ignore_eos=True))
+            h = e.add_request("t1 t2", SamplingParams(max_tokens=240, ignore_eos=True))  # long enough to average
             assert h.result(120).finish_reason == "length"
             guest, seen = vision.arbiter.share.guest_ms - before["guest"], vision.arbiter.share.vision_ms - before["vision"]
             by_share = vision.arbiter.share.guest_steps_by_share - before["guest_steps_by_share"]
@@ -155,7 +155,7 @@ def test_llm_steps_keep_their_share_beside_a_saturated_vision_engine(tiny, lanes
             e.close()
             for c in clients:
                 c.join(60)
-    assert by_share >= 60, by_share  # the steps ran on the share, not in slack: vision was saturated
+    assert by_share >= 120, by_share  # the steps ran on the share, not in slack: vision was saturated
     assert 0.12 <= guest / (guest + seen) <= 0.35, (guest, seen)
 
 
