@@ -122,9 +122,36 @@ def test_every_event_arrives_and_the_retained_counts_equal_the_apps(tmp_path, bu
     # a fresh subscriber gets the retained counts: they are the app's
     late = Subscriber(broker, "vigil/cam/#")
     time.sleep(1.0)
-    retained = {t: int(p) for t, p, r in late.messages if r}
+    retained = {t: int(p) for t, p, r in late.messages if r and "/zone/" not in t}
+    retained_zones = {t: int(p) for t, p, r in late.messages if r and "/zone/" in t}
     late.close()
     want = {f"vigil/cam/cam-people-counter/{line}/{cls}/{way}": n
             for line, c in counts.items() for cls, ways in c["by_class"].items() for way, n in ways.items() if n}
     assert retained == want
     assert 'vigil_sink_deliveries_total{kind="mqtt"' in metrics
+    # zone occupancy after each enter and exit: what the stored events say, in order
+    app = "cam-people-counter"
+    inside: dict[str, dict[int, str]] = {}  # zone -> track inside -> the class it entered as
+    seen: dict[str, set[str]] = {}
+    want_zones: dict[str, list[int]] = {}
+    for e in sorted(stored, key=lambda e: e["id"]):
+        if e["app"] != app or e["type"] not in ("zone_enter", "zone_exit"):
+            continue
+        zone = inside.setdefault(e["zone"], {})
+        if e["type"] == "zone_enter":
+            zone[e["track_id"]] = e["class"]
+        else:
+            zone.pop(e["track_id"], None)
+        classes = seen.setdefault(e["zone"], set())
+        classes.add(e["class"])
+        for cls in classes:
+            n = sum(1 for c in zone.values() if c == cls)
+            want_zones.setdefault(f"vigil/cam/{app}/zone/{e['zone']}/{cls}", []).append(n)
+    got_zones: dict[str, list[int]] = {}
+    for topic, payload, _ in watch.messages:
+        if topic.startswith(f"vigil/cam/{app}/zone/"):
+            got_zones.setdefault(topic, []).append(int(payload))
+    assert want_zones and any(max(v) > 0 for v in want_zones.values()), want_zones  # people were in zones
+    assert got_zones == want_zones
+    assert all(v[-1] == 0 for v in got_zones.values())  # the clip ended: every track left
+    assert retained_zones == {t: 0 for t in got_zones}

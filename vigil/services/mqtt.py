@@ -8,8 +8,12 @@
   the first after a restart). So a subscriber can account for every stored event.
 - `PREFIX/CAMERA/APP/LINE/CLASS/in|out`: the run's count, retained, after each
   crossing (counted in storage up to that event: exact across restarts).
+- `PREFIX/CAMERA/APP/zone/ZONE/CLASS`: how many tracks of the class are in the zone,
+  retained, after each enter and exit (in storage too; a class seen in the zone gets
+  its 0 when the last one leaves).
 - `PREFIX/available`: `online` while Vigil is connected, `offline` as its last will.
-- Home Assistant discovery (`DISCOVERY/sensor/.../config`, retained) for each count.
+- Home Assistant discovery (`DISCOVERY/sensor/.../config`, retained) for each count
+  and occupancy.
 
 Messages go with QoS 1, an event's only once the broker acknowledged the previous
 event's: the events table is the outbox here too (vigil/services/outbox.py), so an
@@ -46,6 +50,7 @@ class MqttSink(OutboxSink):
         self.prefix = cfg.topic_prefix
         self._tracks: dict[tuple, dict] = {}  # (stream, app, track) -> its latest `after`
         self._announced: set[str] = set()  # discovery topics sent by this process
+        self._zone_classes: dict[tuple, set[str]] = {}  # (camera, app, zone) -> classes seen in it
         self._client: Any = None
 
     def _open(self) -> None:
@@ -78,6 +83,8 @@ class MqttSink(OutboxSink):
         messages = [(f"{self.prefix}/events", json.dumps({"type": kind, "before": before, "after": after}), False)]
         if event["type"] == "line_cross":
             messages += self._line_count(event)
+        elif event["type"] in ("zone_enter", "zone_exit"):
+            messages += self._occupancy(event)
         for topic, payload, retain in messages:
             info = self._client.publish(topic, payload, qos=1, retain=retain)
             try:
@@ -109,13 +116,31 @@ class MqttSink(OutboxSink):
         camera, app, line, cls, way = event["stream"], event["app"], event["line"], event["class"], event["direction"]
         n = self.storage.count_crossings(camera, app, event.get("run", 0), line, cls, way, event["id"])
         topic = f"{self.prefix}/{camera}/{app}/{line}/{cls}/{way}"
-        out = [(topic, str(n), True)]
-        if self.cfg.discovery_prefix:
-            object_id = _object_id("vigil", camera, app, line, cls, way)
-            config = f"{self.cfg.discovery_prefix}/sensor/{object_id}/config"
-            if config not in self._announced:
-                out.insert(0, (config, json.dumps({
-                    "name": f"{camera} {app} {line} {cls} {way}", "unique_id": object_id, "state_topic": topic,
-                    "availability_topic": f"{self.prefix}/available", "state_class": "total_increasing",
-                    "unit_of_measurement": cls}), True))
+        return self._discovery(topic, f"{camera} {app} {line} {cls} {way}", "total_increasing", cls,
+                               camera, app, line, cls, way) + [(topic, str(n), True)]
+
+    def _occupancy(self, event: dict) -> list[tuple[str, str, bool]]:
+        camera, app, zone = event["stream"], event["app"], event["zone"]
+        inside = self.storage.zone_occupancy(camera, app, event.get("run", 0), zone, event["id"])
+        seen = self._zone_classes.setdefault((camera, app, zone), set())
+        seen |= set(inside) | {event["class"]}
+        out = []
+        for cls in sorted(seen):
+            topic = f"{self.prefix}/{camera}/{app}/zone/{zone}/{cls}"
+            out += self._discovery(topic, f"{camera} {app} zone {zone} {cls}", "measurement", cls, camera, app,
+                                   "zone", zone, cls)
+            out.append((topic, str(inside.get(cls, 0)), True))
         return out
+
+    def _discovery(self, topic: str, name: str, state_class: str, unit: str,
+                   *parts: str) -> list[tuple[str, str, bool]]:
+        """Home Assistant's config for a sensor on `topic`, once per process."""
+        if not self.cfg.discovery_prefix:
+            return []
+        object_id = _object_id("vigil", *parts)
+        config = f"{self.cfg.discovery_prefix}/sensor/{object_id}/config"
+        if config in self._announced:
+            return []
+        return [(config, json.dumps({"name": name, "unique_id": object_id, "state_topic": topic,
+                                     "availability_topic": f"{self.prefix}/available", "state_class": state_class,
+                                     "unit_of_measurement": unit}), True)]
