@@ -19,6 +19,17 @@ def browser():
         b.close()
 
 
+@pytest.fixture
+def page(browser):
+    """A fresh page whose script errors fail the test that used it."""
+    page = browser.new_page()
+    errors = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    yield page
+    page.close()
+    assert errors == []
+
+
 def test_cards_show_live_numbers_that_change(server, browser):
     page = browser.new_page()
     page.goto(f"{server.url}/dashboard")
@@ -52,10 +63,7 @@ def test_the_first_paint_needs_no_event_stream(server, browser):
     page.close()
 
 
-def test_app_page_draws_charts_and_the_latest_frame(server, browser):
-    page = browser.new_page()
-    errors = []
-    page.on("pageerror", lambda e: errors.append(str(e)))
+def test_app_page_draws_charts_and_the_latest_frame(server, page):
     page.goto(f"{server.url}/dashboard")
     page.locator('.card[data-app="people"] h2 a').click()
     page.wait_for_url("**/dashboard/apps/people")
@@ -63,14 +71,9 @@ def test_app_page_draws_charts_and_the_latest_frame(server, browser):
     page.wait_for_function("() => document.getElementById('frame').naturalWidth > 0", timeout=30_000)
     assert page.evaluate("() => document.getElementById('frame').naturalWidth") == 640
     assert "SLO 1500 ms" in page.locator("#summary").inner_text()
-    assert errors == []
-    page.close()
 
 
-def test_the_events_page_lists_events_with_their_snapshots_and_filters_them(server, browser):
-    page = browser.new_page()
-    errors = []
-    page.on("pageerror", lambda e: errors.append(str(e)))
+def test_the_events_page_lists_events_with_their_snapshots_and_filters_them(server, page):
     page.goto(f"{server.url}/dashboard")
     page.get_by_role("link", name="events").click()
     page.wait_for_url("**/dashboard/events")
@@ -88,14 +91,9 @@ def test_the_events_page_lists_events_with_their_snapshots_and_filters_them(serv
     page.wait_for_function("() => { const t = [...document.querySelectorAll('#events td.type')]; "
                            "return t.length > 0 && t.every(c => c.textContent === 'line_cross'); }", timeout=60_000)
     assert "midblock" in page.locator("#events tbody tr").first.inner_text()
-    assert errors == []
-    page.close()
 
 
-def test_a_cameras_live_view_refreshes_its_apps_annotated_frames(server, browser):
-    page = browser.new_page()
-    errors = []
-    page.on("pageerror", lambda e: errors.append(str(e)))
+def test_a_cameras_live_view_refreshes_its_apps_annotated_frames(server, page):
     page.goto(f"{server.url}/dashboard")
     page.locator("#streams a.live-link", has_text="street").click()
     page.wait_for_url("**/dashboard/live/street")
@@ -105,5 +103,3 @@ def test_a_cameras_live_view_refreshes_its_apps_annotated_frames(server, browser
     assert page.evaluate(f"() => document.querySelector('{frame}').naturalWidth") == 640
     first = page.evaluate(f"() => document.querySelector('{frame}').src")
     page.wait_for_function(f"() => document.querySelector('{frame}').src !== {first!r}", timeout=10_000)
-    assert errors == []
-    page.close()
