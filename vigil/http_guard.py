@@ -8,8 +8,9 @@
   chunk is cut off (408).
 - `GuardedH11Protocol` (uvicorn's h11 protocol, per connection): past
   `max_connections` open connections, the one that has waited longest without sending
-  anything is closed to make room, and when there is none the new one gets 503 and is
-  closed at once (its descriptor is back before the process runs out). A connection
+  anything (and at least `EVICT_GRACE_S`, so a client whose request is still on its
+  way is not cut) is closed to make room, and when there is none the new one gets 503
+  and is closed at once (its descriptor is back before the process runs out). A connection
   that has not sent its request headers within `header_timeout_s` is closed.
 - `RepeatFilter` (logging): the same message from the same place at most a few times
   a minute, then one line saying how many were held back. A flood of refused
@@ -135,12 +136,15 @@ class BodyGuard:
         await self.app(scope, timed, send)
 
 
+# a connection accepted in the same turn of the loop as a flood has not had its
+# request bytes read yet: younger than this, it is not counted as idle
+EVICT_GRACE_S = 0.25
 _BUSY = b'{"detail": "too many open connections (limits.max_connections); retry shortly"}'
 SERVICE_UNAVAILABLE = (b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nretry-after: 1\r\n"
                        b"connection: close\r\ncontent-length: %d\r\n\r\n" % len(_BUSY)) + _BUSY
 
 
-def guarded_protocol(max_connections: int, header_timeout_s: float) -> type:
+def guarded_protocol(max_connections: int, header_timeout_s: float, evict_grace_s: float = EVICT_GRACE_S) -> type:
     """uvicorn's h11 protocol with a cap on open connections and on the time a
     connection may take to send its request headers."""
 
@@ -165,7 +169,9 @@ def guarded_protocol(max_connections: int, header_timeout_s: float) -> type:
             """Close the connection that has waited longest without sending a request,
             so a client with a request is served and one that only holds a socket is
             not; False when no connection is idle that way."""
-            idle = [c for c in self.connections if c is not self and c._idle() and not c.transport.is_closing()]
+            now = self.loop.time()
+            idle = [c for c in self.connections if c is not self and c._idle() and not c.transport.is_closing()
+                    and now - c._opened >= evict_grace_s]
             if not idle:
                 return False
             min(idle, key=lambda c: c._opened).transport.close()

@@ -70,20 +70,24 @@ def watch(server: VigilServer, poll_s: float = 0.2):
     WATCHED.append((os.environ.get("PYTEST_CURRENT_TEST", "?").split(" ")[0], w))
     stop = threading.Event()
 
-    def poll():
-        with httpx.Client(base_url=server.url, timeout=5) as client:
-            while not stop.is_set():
-                t0 = time.monotonic()
-                try:
-                    if client.get("/healthz").status_code != 200:
-                        w.health_failures.append("status")
-                except httpx.HTTPError as exc:
-                    w.health_failures.append(repr(exc))
-                w.slowest_health_s = max(w.slowest_health_s, time.monotonic() - t0)
-                w.peak_mb = max(w.peak_mb, rss_mb(pid))
-                w.samples += 1
-                stop.wait(poll_s)
+    client = httpx.Client(base_url=server.url, timeout=5)
 
+    def sample():
+        t0 = time.monotonic()
+        try:
+            if client.get("/healthz").status_code != 200:
+                w.health_failures.append("status")
+        except httpx.HTTPError as exc:
+            w.health_failures.append(repr(exc))
+        w.slowest_health_s = max(w.slowest_health_s, time.monotonic() - t0)
+        w.peak_mb = max(w.peak_mb, rss_mb(pid))
+        w.samples += 1
+
+    def poll():
+        while not stop.wait(poll_s):
+            sample()
+
+    sample()  # connected and answered before the attack, as a monitor that was already there
     thread = threading.Thread(target=poll, daemon=True)
     thread.start()
     try:
@@ -94,6 +98,7 @@ def watch(server: VigilServer, poll_s: float = 0.2):
             time.sleep(poll_s)
         stop.set()
         thread.join(10)
+        client.close()
 
 
 def still_serving(server: VigilServer) -> None:
