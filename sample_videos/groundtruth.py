@@ -31,6 +31,8 @@ CONVENTIONS = {
     "visible": "fraction of the object's pixels not hidden by nearer objects or the frame edge",
     "facts": "per whole second: objects seen (visible >= 0.3) at the second's first frame, "
              "by class and zone; crossings, tracks entering and leaving during the second",
+    "stays": "each track's stays in each zone (foot point, on the frames it is seen: visible >= 0.3): from "
+             "the first frame seen inside to the first seen outside, or to the last seen when it ends inside",
 }
 MIN_VISIBLE_FOR_FACTS = 0.3
 
@@ -155,6 +157,32 @@ class Truth:
                                "entered": entered, "left": left})
         return per_second
 
+    def stays(self) -> list[dict]:
+        """Every track's stays in every zone, by its foot point on the frames it is
+        seen (visible >= MIN_VISIBLE_FOR_FACTS: a sliver behind a car is not), measured
+        as the apps measure dwell: from the first frame it is seen inside to the first
+        it is seen outside, or to the last frame it is seen when it ends inside
+        (`ended_inside`)."""
+        open_stays: dict[tuple[int, str], dict] = {}
+        last_seen: dict[int, dict] = {}
+        out = []
+        for f in self.frames:
+            for obj in f["objects"]:
+                if obj["visible"] < MIN_VISIBLE_FOR_FACTS:
+                    continue
+                last_seen[obj["track_id"]] = f
+                foot = f["_feet"][obj["track_id"]]
+                for zone, polygon in self.preset.zones.items():
+                    key = (obj["track_id"], zone)
+                    if inside(polygon, foot):
+                        open_stays.setdefault(key, {"track_id": obj["track_id"], "class": obj["class"], "zone": zone,
+                                                    "enter_frame": f["frame"], "enter_ms": f["t_ms"]})
+                    elif key in open_stays:
+                        out.append(_closed(open_stays.pop(key), f, ended_inside=False))
+        for (track_id, _), stay in open_stays.items():
+            out.append(_closed(stay, last_seen[track_id], ended_inside=True))
+        return sorted(out, key=lambda x: (x["enter_frame"], x["track_id"], x["zone"]))
+
     def document(self, **header) -> dict:
         frames = [{k: v for k, v in f.items() if not k.startswith("_")} for f in self.frames]
         return {
@@ -169,5 +197,11 @@ class Truth:
                           for c in self.crossings],
             "tracks": {str(k): v for k, v in sorted(self.tracks.items())},
             "facts": self.facts(),
+            "stays": self.stays(),
             "frames": frames,
         }
+
+
+def _closed(stay: dict, frame: dict, ended_inside: bool) -> dict:
+    return {**stay, "exit_frame": frame["frame"], "exit_ms": frame["t_ms"],
+            "dwell_ms": round(frame["t_ms"] - stay["enter_ms"], 3), "ended_inside": ended_inside}

@@ -36,6 +36,7 @@ from streams.blocks import FrameSampler
 from streams.clock import monotonic_ms
 from streams.frames import Frame
 from streams.numbers import json_int
+from streams.recording import StreamRecorder
 from streams.source import RgbConverter, SourceError, is_transient, open_video, video_stream
 from streams.urls import ffmpeg_options, is_live_url, redact_url, scheme_of, scrub
 
@@ -95,10 +96,12 @@ class ManagedStream:
 
     def __init__(self, name: str, url: str, options: StreamOptions | None = None,
                  clock: Callable[[], float] = monotonic_ms, wall_ms: Callable[[], float] = lambda: time.time() * 1000,
-                 seed: int | None = None, start_ms: float = 0.0, shown_url: str | None = None) -> None:
+                 seed: int | None = None, start_ms: float = 0.0, shown_url: str | None = None,
+                 recorder: StreamRecorder | None = None) -> None:
         """`url` as `streams.urls.check_url` returned it; `shown_url`, the URL as the
         user gave it, is what status and errors show (redacted). `start_ms`: a file's
-        stream time starts here (a restarted stream goes on after its earlier runs)."""
+        stream time starts here (a restarted stream goes on after its earlier runs).
+        `recorder`: every demuxed packet is also written to the stream's recording."""
         self.name = name
         self.url = url
         self.redacted = redact_url(shown_url or url)
@@ -116,6 +119,7 @@ class ManagedStream:
         self._pass_start_ms = start_ms  # a file's stream time at the start of its next pass
         self._demand_fps: float | None = None  # the most frames per second any consumer samples
         self._demand: FrameSampler | None = None  # this session's filter at that rate
+        self.recorder = recorder
 
     def set_demand(self, fps: float | None) -> None:
         """The highest rate the stream's apps sample (None: every frame). Frames beyond
@@ -276,10 +280,14 @@ class ManagedStream:
             stream, fps = video_stream(container, self.redacted)
             to_rgb = RgbConverter()
             self._set(width=stream.codec_context.width or None, fps=fps or None)
+            if self.recorder is not None:
+                self.recorder.begin(stream, offset_ms=None)  # a camera's times are the wall clock's
             try:
                 for packet in container.demux(stream):
                     if self._stop.is_set():
                         return
+                    if self.recorder is not None:
+                        self.recorder.write(packet)
                     try:
                         decoded = packet.decode()
                     except av.error.FFmpegError:
@@ -296,6 +304,8 @@ class ManagedStream:
             except av.error.FFmpegError as exc:
                 raise SourceError(f"{self.redacted}: read failed: {_reason(exc)}") from None
         finally:
+            if self.recorder is not None:
+                self.recorder.end()
             container.close()
 
     def _file_session(self) -> Iterator[Frame]:
@@ -311,6 +321,9 @@ class ManagedStream:
         frame_ms = 1000.0 / info.fps if info.fps > 0 else 0.0
         start_clock = self.clock()
         offset_ms = self._pass_start_ms  # a looped file's time keeps rising
+        if self.recorder is not None and video.stream is not None:
+            self.recorder.begin(video.stream, offset_ms)
+            video.on_packet = self.recorder.write
         first_pts = None
         decoded = video.decode()
         try:
@@ -329,6 +342,8 @@ class ManagedStream:
             self._pass_start_ms = offset_ms + (video.frames_decoded + video.frames_skipped) * frame_ms
             decoded.close()
             video.close()
+            if self.recorder is not None:
+                self.recorder.end()
             with self._lock:
                 self.stats.decode_errors += video.decode_errors
 

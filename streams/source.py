@@ -116,11 +116,17 @@ class Video:
     """One pass over a file or a rendered clip: `decode()` yields (pts_ms, [H, W, 3]
     uint8 RGB) in order on the caller's thread and raises SourceError on failure.
     `keep(pts_ms)` false: the frame is decoded (the codec needs it) but never converted
-    to RGB nor yielded (a stream's demand, streams/live.py), and counted as skipped."""
+    to RGB nor yielded (a stream's demand, streams/live.py), and counted as skipped.
+    `on_packet`: called with each demuxed packet of a file (its recording,
+    streams/recording.py); `stream` is the PyAV stream they come from (None: the video
+    has no packets, a rendered clip)."""
+
+    stream = None
 
     def __init__(self, info: SourceInfo) -> None:
         self.info = info
         self.keep: Callable[[float], bool] | None = None
+        self.on_packet: Callable[[av.Packet], None] | None = None
         self.frames_decoded = 0  # yielded
         self.frames_skipped = 0
         self.decode_errors = 0
@@ -149,21 +155,23 @@ class FileVideo(Video):
             raise SourceError(f"{path}: is a directory, not a video file")
         self._container = _open_container(path)
         try:
-            self._stream, fps = video_stream(self._container, str(path))
-            width, height = self._stream.codec_context.width, self._stream.codec_context.height
+            self.stream, fps = video_stream(self._container, str(path))
+            width, height = self.stream.codec_context.width, self.stream.codec_context.height
             if width <= 0 or fps <= 0:
                 raise SourceError(f"{path}: video stream has no usable size or frame rate")
         except BaseException:
             self.close()
             raise
-        super().__init__(SourceInfo(str(path), width, height, fps, self._stream.frames or None, live=False))
+        super().__init__(SourceInfo(str(path), width, height, fps, self.stream.frames or None, live=False))
 
     def decode(self) -> Iterator[tuple[float, np.ndarray]]:
         consecutive, last_error, count = 0, "", 0
         last_pts_ms = -1.0
         to_rgb = RgbConverter()
         try:
-            for packet in self._container.demux(self._stream):
+            for packet in self._container.demux(self.stream):
+                if self.on_packet is not None:
+                    self.on_packet(packet)
                 try:
                     decoded = packet.decode()
                 except av.error.FFmpegError as exc:

@@ -92,6 +92,8 @@ CREATES = {
     "vigil run \"synthetic://street?seed=7&duration=30\"": ("vigil-out/summary.json", "vigil-out/annotated.mp4"),
     "vigil run sample_videos/street_a.mp4 --snapshots --no-video --max-frames 150 --out out/shots/":
         ("out/shots/events.jsonl", "out/shots/summary.json"),
+    "vigil run sample_videos/street_a.mp4 --clips --no-video --max-frames 150 --out out/clips/":
+        ("out/clips/events.jsonl", "out/clips/summary.json"),
     "vigil eval detector [--version V] [--json FILE]": ("eval.json",),
     "python -m sample_videos.render --seed 7 --out clips/s7.mp4 [--duration 20] [--size 640x360] [--fps 15] "
     "[--density 1.0] [--quiet 5:12]": ("clips/s7.mp4", "clips/s7.gt.json"),

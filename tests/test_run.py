@@ -1,16 +1,18 @@
 """`vigil run` end to end: real decoding, the trained detector, outputs, and bad inputs."""
 
 import json
+from collections import defaultdict
 import subprocess
 import sys
 
 import av
+import numpy as np
 import pytest
 
 from apps.spec import load_spec
 from support.clips import BUNDLED, load_truth
 from sample_videos.render import RenderConfig, write_clip
-from vigil.offline import RunOptions, run_offline
+from vigil.offline import RunError, RunOptions, run_offline
 
 # app -> (line, the ground-truth classes it counts)
 COUNTED = [("people-counter", "midblock", ["person"]), ("people-counter", "crosswalk", ["person"]),
@@ -28,6 +30,29 @@ def count_errors(summary: dict, truth: dict, tolerance: float) -> list[str]:
     return errors
 
 
+def dwell_errors(out, truth: dict, tolerance: float) -> list[str]:
+    """Each app's total time in each of its zones, per class (the track_end events'
+    `dwell_ms`), against the truth's stays."""
+    want: dict = defaultdict(float)
+    for stay in truth["stays"]:
+        want[(stay["zone"], stay["class"])] += stay["dwell_ms"]
+    got: dict = defaultdict(float)
+    for line in (out / "events.jsonl").read_text().splitlines():
+        e = json.loads(line)
+        if e["type"] == "track_end":
+            for zone, ms in (e.get("dwell_ms") or {}).items():
+                got[(e["app"], zone, e["class"])] += ms
+    errors = []
+    for name in ("people-counter", "vehicle-counter"):
+        spec = load_spec(name)
+        for zone in spec.zones:
+            for cls in spec.classes:
+                w, g = want[(zone, cls)], got[(name, zone, cls)]
+                if abs(g - w) > max(1000.0, tolerance * w):
+                    errors.append(f"{name}/{zone}/{cls}: {g / 1000:.1f} s, truth {w / 1000:.1f} s")
+    return errors
+
+
 def run_counts(clip, out):
     specs = [load_spec("people-counter"), load_spec("vehicle-counter")]
     return run_offline(str(clip), specs, RunOptions(out, video=False))
@@ -39,6 +64,7 @@ def test_line_counts_match_truth_on_bundled_clips(clip, tmp_path):
     summary = run_counts(clip, tmp_path)
     assert summary["error"] is None
     assert count_errors(summary, load_truth(clip), 0.05) == []
+    assert dwell_errors(tmp_path, load_truth(clip), 0.12) == []  # 0.92..1.03 of the truth when measured
 
 
 @pytest.mark.slow
@@ -48,6 +74,9 @@ def test_line_counts_match_truth_on_other_seeds(seed, tmp_path):
     truth = write_clip(RenderConfig(seed=seed, duration_s=20.0), clip)
     summary = run_counts(clip, tmp_path / "out")
     assert count_errors(summary, truth, 0.05) == []
+    # 0.79..1.03 of the truth when measured: on seed 4242 a person beside another at the
+    # crosswalk goes unseen for 4 of her 5 s there
+    assert dwell_errors(tmp_path / "out", truth, 0.25) == []
 
 
 def test_outputs_are_written_and_consistent(short_clip, tmp_path):
@@ -72,6 +101,28 @@ def test_outputs_are_written_and_consistent(short_clip, tmp_path):
     assert len(starts) == len(ends) == sum(a["tracks"] for a in summary["apps"].values())
     with av.open(str(tmp_path / "annotated.mp4")) as video:
         assert sum(1 for _ in video.decode(video=0)) == truth["num_frames"]
+
+
+def test_clips_hold_each_events_frame(tmp_path):
+    """`--clips`: each event names a clip of the file around it, and the event's own
+    frame is in it (remuxed: the very pixels the file decodes to)."""
+    clip = BUNDLED[0]
+    run_offline(str(clip), [load_spec("people-counter")], RunOptions(tmp_path, video=False, clips=True))
+    with av.open(str(clip)) as c:
+        source = {round(f.time * 1000.0, 1): f.to_ndarray(format="rgb24") for f in c.decode(video=0)}
+    events = [json.loads(line) for line in (tmp_path / "events.jsonl").read_text().splitlines()]
+    assert events and all("clip" in e for e in events)
+    assert len({e["clip"] for e in events}) < len(events)  # shared where the windows are
+    for e in [e for e in events if e["type"] == "line_cross"][:4]:
+        with av.open(str(tmp_path / e["clip"])) as c:
+            images = [f.to_ndarray(format="rgb24") for f in c.decode(video=0)]
+        assert len(images) >= 5 * 15  # at least the 5 s before or after the event, whichever the file has
+        assert any(np.array_equal(source[round(e["t_ms"], 1)], img) for img in images)
+
+
+def test_clips_need_a_file(tmp_path):
+    with pytest.raises(RunError, match="--clips cuts"):
+        run_offline("synthetic://street", [load_spec("people-counter")], RunOptions(tmp_path, clips=True))
 
 
 def vigil(*args: str) -> subprocess.CompletedProcess:

@@ -29,7 +29,8 @@ def _run(args: argparse.Namespace) -> int:
                              device=args.device, block_frames=args.block_frames,
                              progress=sys.stderr.isatty() and not args.quiet, repository=args.models,
                              policy=args.policy, lanes=args.lanes, realtime=args.realtime, detections=args.detections,
-                             snapshots=args.snapshots)
+                             snapshots=args.snapshots, clips=args.clips, clip_pre_s=args.clip_pre_s,
+                             clip_post_s=args.clip_post_s)
         summary = run_offline(args.source, specs, options)
     except (RunError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -37,7 +38,8 @@ def _run(args: argparse.Namespace) -> int:
     if not args.quiet:
         print(format_table(summary))
         outputs = summary["outputs"]
-        written = ", ".join(str(outputs[k]) for k in ("summary", "events", "video", "detections") if outputs[k])
+        written = ", ".join(str(outputs[k]) for k in ("summary", "events", "video", "detections", "snapshots", "clips")
+                            if outputs[k])
         print(f"wrote {written}")
     if summary["error"]:
         print(f"error: {summary['error']}", file=sys.stderr)
@@ -346,6 +348,13 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--snapshots", action="store_true",
                      help="also write each event's frame with the object's box, and a crop of it, under "
                           "OUT/snapshots (events.jsonl names them)")
+    run.add_argument("--clips", action="store_true",
+                     help="also cut each event's stretch of the file, remuxed (not re-encoded), under OUT/clips "
+                          "(events.jsonl names them; a video file only)")
+    run.add_argument("--clip-pre-s", type=float, default=5.0, metavar="S",
+                     help="a clip starts this long before its event (0..300; default: 5)")
+    run.add_argument("--clip-post-s", type=float, default=5.0, metavar="S",
+                     help="and ends this long after it (0..300; default: 5)")
     run.add_argument("-q", "--quiet", action="store_true", help="no progress bar or table")
     run.set_defaults(func=_run)
 

@@ -39,6 +39,7 @@ from streams import FrameBlock, SourceError, SourceOptions, cut_blocks, open_sou
 from streams.clock import monotonic_ms
 from vigil.pipeline import AppRunner, BlockPipeline, InFlight, RunError, build_runners, observe_block, submit_block
 from vigil.settings import MODELS_DIR
+from vigil.event_clips import FileClips
 from vigil.snapshots import SnapshotWriter
 from vigil.video import VideoWriter
 
@@ -64,6 +65,11 @@ class RunOptions:
     detections: bool = False
     # also write each event's frame with its box, and a crop, under snapshots/ (vigil/snapshots.py)
     snapshots: bool = False
+    # also cut each event's stretch of the file (clip_pre_s before, clip_post_s after) under
+    # clips/, remuxed (vigil/event_clips.py); a video file only
+    clips: bool = False
+    clip_pre_s: float = 5.0
+    clip_post_s: float = 5.0
 
     def __post_init__(self) -> None:
         if self.max_frames is not None and self.max_frames < 1:
@@ -72,6 +78,10 @@ class RunOptions:
             raise ValueError(f"block_frames must be >= 1; was {self.block_frames}")
         if self.lanes is not None and not 1 <= self.lanes <= MAX_LANES:
             raise ValueError(f"lanes must be in 1..{MAX_LANES}; was {self.lanes}")
+        for name in ("clip_pre_s", "clip_post_s"):
+            value = getattr(self, name)
+            if not 0.0 <= value <= 300.0:  # also refuses NaN
+                raise ValueError(f"{name} must be in 0..300 s; was {value}")
 
 
 def run_offline(source: str, specs: list[AppSpec], options: RunOptions,
@@ -83,6 +93,8 @@ def run_offline(source: str, specs: list[AppSpec], options: RunOptions,
     names = [s.name for s in specs]
     if len(set(names)) != len(names):
         raise RunError(f"app names must be unique; got {names}")
+    if options.clips and not Path(source).is_file():
+        raise RunError(f"--clips cuts events' clips from a video file; {source} is not one")
     try:
         device = resolve_device(options.device)
         src = open_source(source, options=SourceOptions(realtime=options.realtime), clock=clock)
@@ -108,8 +120,12 @@ def run_offline(source: str, specs: list[AppSpec], options: RunOptions,
     detections_path = out / "detections.jsonl"
     shots = SnapshotWriter(out / "snapshots", retain_days=3650.0, max_mb=10_000_000.0) if options.snapshots else None
 
+    clips = FileClips(Path(source), out / "clips", options.clip_pre_s, options.clip_post_s) if options.clips else None
+
     def emit(events: list[Event], frames: FrameBlock | None) -> None:
-        _write_events(events_file, shots.attach(events, frames) if shots else events)
+        events = shots.attach(events, frames) if shots else events
+        _write_events(events_file, clips.attach(events) if clips else events)
+
     with open(out / "events.jsonl", "w") as events_file, \
             open(detections_path, "w") if options.detections else nullcontext() as detections_file:
         def complete(done: InFlight) -> None:
@@ -151,7 +167,8 @@ def run_offline(source: str, specs: list[AppSpec], options: RunOptions,
         "outputs": {"summary": str(out / "summary.json"), "events": str(out / "events.jsonl"),
                     "video": str(out / "annotated.mp4") if options.video else None,
                     "detections": str(detections_path) if options.detections else None,
-                    "snapshots": str(out / "snapshots") if options.snapshots else None},
+                    "snapshots": str(out / "snapshots") if options.snapshots else None,
+                    "clips": str(out / "clips") if options.clips else None},
         "error": error,
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=2))

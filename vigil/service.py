@@ -26,10 +26,12 @@ from engine.engine import Engine
 from engine.repository import ModelRepository
 from llm.metrics import LLMMetrics
 from streams.clock import monotonic_ms
+from streams.recording import RecordingStore
 from vigil.load import LoadGovernor
 from vigil.rollups import Rollups
 from vigil.services.apps import AppService
 from vigil.services.cameras import CameraService
+from vigil.services.clips import ClipService
 from vigil.services.captions import Captions
 from vigil.services.errors import Conflict, Invalid, NotFound
 from vigil.services.events import EventService, overview
@@ -63,8 +65,12 @@ class Vigil:
         shots = settings.snapshots
         self.snapshots = SnapshotWriter(settings.data_dir / "snapshots", shots.retain_days, shots.max_mb, wall_s) \
             if shots.enabled else None
+        rec = settings.recording
+        recordings = RecordingStore(settings.data_dir / "recordings", rec.segment_s, rec.retain_days, rec.max_gb,
+                                    wall_s) if rec.enabled else None
         self.streams = StreamService(settings, self.storage, self.engine, governor, clock, on_block=captions.observe,
-                                     snapshots=self.snapshots)
+                                     snapshots=self.snapshots, recordings=recordings)
+        self.clips = ClipService(recordings, rec, self.storage)
         self.apps = AppService(settings.limits, self.storage, self.streams, self.models, self.engine, self.rollups,
                                governor)
         self.events = EventService(self.storage, settings.limits, self.snapshots)

@@ -148,6 +148,21 @@ class Snapshots(BaseModel):
     max_mb: float = Field(1024.0, gt=0, le=10_000_000, description="past this the oldest go first")
 
 
+class Recording(BaseModel):
+    """A rolling recording of each stream, its packets remuxed into segments without
+    re-encoding, and clips cut from it (streams/recording.py)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    enabled: bool = False
+    segment_s: float = Field(10.0, ge=1, le=600, description="a segment ends at the first keyframe past this")
+    retain_days: float = Field(3.0, gt=0, le=3650)
+    max_gb: float = Field(10.0, gt=0, le=100_000, description="past this the oldest segments go first")
+    pre_s: float = Field(5.0, ge=0, le=300, description="an event's clip starts this long before it")
+    post_s: float = Field(5.0, ge=0, le=300, description="and ends this long after it")
+    max_clip_s: float = Field(600.0, gt=0, le=3600, description="the longest clip one request may cut")
+
+
 class Settings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
@@ -177,6 +192,7 @@ class Settings(BaseModel):
     limits: Limits = Field(default_factory=Limits)
     sinks: Sinks = Field(default_factory=Sinks, description="where events go besides storage")
     snapshots: Snapshots = Field(default_factory=Snapshots)
+    recording: Recording = Field(default_factory=Recording)
     cameras: tuple[Camera, ...] = Field((), max_length=1024, description="created at start, and changed by "
                                         "POST /v1/config/reload or SIGHUP")
 

@@ -3,14 +3,17 @@
 The background model adapts, so a gradual lighting change is absorbed and an object
 that stops for long enough fades into the background (`learn_foreground` sets how
 long). Shadows are detected and dropped. Blobs have no class ("motion"); for classes use
-a trained model.
+a trained model. Motion masks are polygons where nothing counts as moving (trees in the
+wind, a clock burnt into the picture): masked pixels never join a blob.
 """
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import cv2
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from engine.detections import Detections
 from streams.numbers import json_int
@@ -32,6 +35,20 @@ class MotionOptions(BaseModel):
     open_px: json_int(ge=1, le=64) = Field(3, description="morphological opening (removes noise specks)")
     close_px: json_int(ge=1, le=64) = Field(7, description="morphological closing (joins a figure's limbs into "
                                                            "one blob)")
+    masks: list[Annotated[list[Annotated[list[float], Field(min_length=2, max_length=2)]],
+                          Field(min_length=3, max_length=256)]] = Field(
+        default_factory=list, max_length=32, description="motion masks: polygons (points normalized to 0..1) where "
+                                                         "motion is ignored")
+
+    @field_validator("masks")
+    @classmethod
+    def _inside(cls, v: list) -> list:
+        for i, polygon in enumerate(v):
+            for x, y in polygon:
+                if not (0.0 <= x <= 1.0 and 0.0 <= y <= 1.0):
+                    raise ValueError(f"mask {i}: point ({x}, {y}) is outside the frame; coordinates are "
+                                     "normalized to 0..1")
+        return v
 
 
 class BackgroundModel:
@@ -84,12 +101,28 @@ class MotionDetector:
         self._open = cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (options.open_px, options.open_px))
         self._close = cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (options.close_px, options.close_px))
         self.last_mask: np.ndarray | None = None  # [H, W] uint8, for annotation and debugging
+        self._ignored: np.ndarray | None = None  # [H, W] bool: under a motion mask, for the frames' size
+
+    def ignored(self, height: int, width: int) -> np.ndarray | None:
+        """Where the motion masks lie at this frame size (None: no masks)."""
+        if not self.options.masks:
+            return None
+        if self._ignored is None or self._ignored.shape != (height, width):
+            raster = np.zeros((height, width), np.uint8)
+            scale = np.array([width, height], np.float64)
+            polygons = [np.round(np.asarray(m, np.float64) * scale).astype(np.int32) for m in self.options.masks]
+            cv2.fillPoly(raster, polygons, 255)
+            self._ignored = raster > 0
+        return self._ignored
 
     def detect(self, block: FrameBlock) -> list[Detections]:
         return [self._detect_one(image) for image in block.pixels]
 
     def _detect_one(self, image: np.ndarray) -> Detections:
         fg = self._background.apply(image)
+        ignored = self.ignored(*fg.shape)
+        if ignored is not None:
+            fg[ignored] = 0
         fg = cv2.morphologyEx(fg, cv2.MORPH_OPEN, self._open)
         fg = cv2.morphologyEx(fg, cv2.MORPH_CLOSE, self._close)
         self.last_mask = fg

@@ -8,10 +8,12 @@ from support.processes import VigilServer, wait_for
 
 @pytest.fixture(scope="session")
 def server(tmp_path_factory, bundled_clips, short_clip):
-    """One `vigil serve` (auth off, snapshots on) with a looping file stream and the
-    people counter on it, shared by the REST, gRPC, dashboard and fuzz tests. File
-    streams may come from sample_videos/ and the folder of the rendered short clip."""
-    srv = VigilServer(tmp_path_factory.mktemp("serve") / "data", config={"snapshots": {"enabled": True}},
+    """One `vigil serve` (auth off, snapshots and recording on) with a looping file
+    stream and the people counter on it, shared by the REST, gRPC, dashboard and fuzz
+    tests. File streams may come from sample_videos/ and the folder of the rendered
+    short clip."""
+    config = {"snapshots": {"enabled": True}, "recording": {"enabled": True, "segment_s": 2}}
+    srv = VigilServer(tmp_path_factory.mktemp("serve") / "data", config=config,
                       media_dirs=[short_clip[0].parent]).start()
     api = httpx.Client(base_url=srv.url, timeout=60)
     r = api.post("/v1/streams", json={"name": "street", "url": str(bundled_clips[0]), "options": {"loop": True}})

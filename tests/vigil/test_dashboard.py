@@ -93,6 +93,21 @@ def test_the_events_page_lists_events_with_their_snapshots_and_filters_them(serv
     assert "midblock" in page.locator("#events tbody tr").first.inner_text()
 
 
+def test_an_events_clip_plays_in_the_events_page(server, page):
+    """The clip button fetches the recording around the event and the player loads it
+    (Chromium decodes the remuxed H.264: its duration is known and it has no error)."""
+    page.goto(f"{server.url}/dashboard/events?type=line_cross")
+    button = page.locator("#events button.clip").first
+    button.wait_for(timeout=60_000)
+    button.click()
+    page.wait_for_function("() => { const v = document.getElementById('player'); "
+                           "return !v.hidden && (v.readyState >= 1 || v.error); }", timeout=30_000)
+    state = page.evaluate("() => { const v = document.getElementById('player'); "
+                          "return {error: v.error && v.error.code, duration: v.duration, width: v.videoWidth}; }")
+    assert state["error"] is None and state["duration"] > 2.0 and state["width"] == 640, state
+    assert page.locator("#viewer").is_hidden()
+
+
 def test_a_cameras_live_view_refreshes_its_apps_annotated_frames(server, page):
     page.goto(f"{server.url}/dashboard")
     page.locator("#streams a.live-link", has_text="street").click()

@@ -1,5 +1,5 @@
-"""/v1/events (stored events, filtered and paged), an event's snapshot and crop, and
-the dashboard's /v1/overview, once or as server-sent events."""
+"""/v1/events (stored events, filtered and paged), an event's snapshot, crop and clip,
+and the dashboard's /v1/overview, once or as server-sent events."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import json
 from typing import Literal
 
 from fastapi import APIRouter, Path, Query, Request
-from fastapi.responses import FileResponse, StreamingResponse
+from fastapi.responses import FileResponse, Response, StreamingResponse
 
 from apps.events import EVENT_TYPES
 from vigil.routes.deps import ServiceDep
@@ -43,6 +43,15 @@ def event_snapshot(service: ServiceDep, event_id: int = Path(ge=1, le=MAX_EVENT_
 def event_crop(service: ServiceDep, event_id: int = Path(ge=1, le=MAX_EVENT_ID)) -> FileResponse:
     """The object alone: its box with a margin around it."""
     return FileResponse(service.events.snapshot(event_id, crop=True), media_type="image/jpeg")
+
+
+@router.get("/events/{event_id}/clip.mp4", tags=["events"], response_class=Response,
+            responses={200: {"content": {"video/mp4": {}}}})
+def event_clip(service: ServiceDep, event_id: int = Path(ge=1, le=MAX_EVENT_ID)) -> Response:
+    """The recording around the event: recording.pre_s before it (before its track began,
+    for a track_end) to recording.post_s after it, from the keyframe before; remuxed,
+    not re-encoded (recording on). Footage not yet recorded is not in it."""
+    return Response(service.clips.event(event_id), media_type="video/mp4")
 
 
 @router.get("/overview", tags=["dashboard"])

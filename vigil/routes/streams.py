@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Query
 from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -49,6 +49,21 @@ def list_streams(service: ServiceDep) -> list[dict]:
 @router.get("/{name}")
 def get_stream(name: str, service: ServiceDep) -> dict:
     return service.streams.get(name)
+
+
+@router.get("/{name}/recordings")
+def stream_recordings(name: str, service: ServiceDep) -> list[dict]:
+    """The stream's recorded segments, oldest first, in stream time (recording on)."""
+    return service.clips.segments(name)
+
+
+@router.get("/{name}/clip.mp4", response_class=Response, responses={200: {"content": {"video/mp4": {}}}})
+def stream_clip(name: str, service: ServiceDep, start_ms: float = Query(ge=-1e15, le=1e15),
+                end_ms: float = Query(ge=-1e15, le=1e15)) -> Response:
+    """The recording from the keyframe at or before `start_ms` to `end_ms` (stream time,
+    as events' `t_ms`: wall-clock ms for a camera), remuxed, not re-encoded; at most
+    recording.max_clip_s long."""
+    return Response(service.clips.window(name, start_ms, end_ms), media_type="video/mp4")
 
 
 class StreamPatch(BaseModel):

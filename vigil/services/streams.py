@@ -20,6 +20,7 @@ from apps.spec import NAME_RULE, format_errors, valid_name
 from engine.engine import Engine
 from streams import FrameBlock
 from streams.live import ManagedStream, StreamOptions
+from streams.recording import RecordingStore
 from streams.urls import NoSuchFile, NotAllowed, check_url, is_live_url, redact_url
 from vigil.load import LoadGovernor
 from vigil.services.errors import Conflict, Forbidden, Invalid, NotFound, ServiceError
@@ -44,9 +45,10 @@ def stream_options(options: Any) -> StreamOptions:
 class StreamService:
     def __init__(self, settings: Settings, storage: Storage, engine: Engine, governor: LoadGovernor,
                  clock: Callable[[], float], on_block: OnBlock | None = None,
-                 snapshots: SnapshotWriter | None = None) -> None:
+                 snapshots: SnapshotWriter | None = None, recordings: RecordingStore | None = None) -> None:
         self.settings = settings
         self.snapshots = snapshots
+        self.recordings = recordings
         self.storage = storage
         self.engine = engine
         self.governor = governor
@@ -148,10 +150,15 @@ class StreamService:
         opened, given = urls
         run = self.storage.start_run(name)
         start_ms = 0.0
+        recorder = None if self.recordings is None else self.recordings.recorder(name)
         if not is_live_url(opened):
-            last = self.storage.last_event_ms(name)
+            ends = [self.storage.last_event_ms(name)]
+            if self.recordings is not None:  # nor over its earlier footage
+                ends += [s.end_ms for s in self.recordings.segments(name)]
+            last = max((e for e in ends if e is not None), default=None)
             start_ms = 0.0 if last is None else (math.floor(last / 1000.0) + 1) * 1000.0
-        stream = ManagedStream(name, opened, opts, clock=self.clock, start_ms=start_ms, shown_url=given)
+        stream = ManagedStream(name, opened, opts, clock=self.clock, start_ms=start_ms, shown_url=given,
+                               recorder=recorder)
         s = self.settings
         worker = StreamWorker(stream, self.engine, lambda events, frames: self._store_events(events, run, frames),
                               s.block_frames, s.block_ms, self.clock, on_block=self.on_block, governor=self.governor,

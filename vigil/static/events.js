@@ -1,5 +1,6 @@
 // Stored events, newest first (GET /v1/events?order=desc), filtered by stream, app and
-// type; an event's crop links to its whole snapshot (GET /v1/events/{id}/snapshot.jpg).
+// type; an event's crop links to its whole snapshot (GET /v1/events/{id}/snapshot.jpg),
+// and its "clip" button plays the recording around it (GET /v1/events/{id}/clip.mp4).
 const TYPES = ["track_start", "track_end", "line_cross", "zone_enter", "zone_exit", "zone_dwell", "class_change",
   "model_selected"];
 const esc = (s) => String(s ?? "").replace(/[&<>"]/g, (c) => ({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;"}[c]));
@@ -28,7 +29,8 @@ function row(e) {
       data-snapshot="/v1/events/${e.id}/snapshot.jpg" data-caption="#${e.id} ${esc(e.type)} ${esc(e.class)}">` : "";
   return `<tr data-id="${e.id}"><td>${shot}</td><td>${e.id}</td><td>${(e.t_ms / 1000).toFixed(1)} s</td>
     <td>${esc(e.stream)}</td><td>${esc(e.app)}</td><td class="type">${esc(e.type)}</td><td>${esc(e.class)}</td>
-    <td>${e.track_id >= 0 ? e.track_id : ""}</td><td class="muted">${esc(details(e))}</td></tr>`;
+    <td>${e.track_id >= 0 ? e.track_id : ""}</td><td class="muted">${esc(details(e))}</td>
+    <td><button type="button" class="clip" data-id="${e.id}">clip</button></td></tr>`;
 }
 
 let shown = "";
@@ -44,7 +46,7 @@ async function load() {
     if (key === shown) return;  // unchanged: keep the rows (and any image loading in them)
     shown = key;
     document.querySelector("#events tbody").innerHTML = events.map(row).join("") ||
-      '<tr><td colspan="9" class="muted">No events match.</td></tr>';
+      '<tr><td colspan="10" class="muted">No events match.</td></tr>';
     document.getElementById("count").textContent = `${events.length} newest shown`;
   } catch (err) { /* the next round will try again */ }
 }
@@ -64,11 +66,43 @@ document.getElementById("filters").addEventListener("change", () => {
   history.replaceState(null, "", q.toString() ? `?${q}` : location.pathname);
   load();
 });
+function show(what, caption) {
+  const viewer = document.getElementById("viewer"), player = document.getElementById("player");
+  viewer.hidden = what !== viewer;
+  player.hidden = what !== player;
+  if (what !== player) player.pause();
+  document.getElementById("viewer-caption").textContent = caption;
+}
+
+let clipUrl = null;
+async function playClip(id) {
+  // fetched first, so that a missing clip shows the server's reason (recording off,
+  // footage gone) rather than a blank player
+  const r = await fetch(`/v1/events/${id}/clip.mp4`);
+  if (!r.ok) {
+    let detail = `HTTP ${r.status}`;
+    try { detail = (await r.json()).detail; } catch (err) { /* not JSON */ }
+    show(document.getElementById("viewer"), `No clip for #${id}: ${detail}`);
+    return;
+  }
+  if (clipUrl) URL.revokeObjectURL(clipUrl);
+  clipUrl = URL.createObjectURL(await r.blob());
+  const player = document.getElementById("player");
+  player.src = clipUrl;
+  show(player, `#${id}: the recording around it`);
+  player.play().catch(() => { /* the user presses play */ });
+}
+
 document.querySelector("#events tbody").addEventListener("click", (ev) => {
+  const button = ev.target.closest("button.clip");
+  if (button) {
+    playClip(button.dataset.id);
+    return;
+  }
   const img = ev.target.closest("img.thumb");
   if (!img) return;
   document.getElementById("viewer").src = img.dataset.snapshot;
-  document.getElementById("viewer-caption").textContent = img.dataset.caption;
+  show(document.getElementById("viewer"), img.dataset.caption);
 });
 choices().then(load);
 setInterval(load, 3000);
