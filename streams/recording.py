@@ -276,7 +276,10 @@ def cut_clip(segments: Iterable[Segment], start_ms: float, end_ms: float, max_by
 class _ClipWriter:
     def __init__(self, buf: io.BytesIO, template, start_ms: float) -> None:
         self.start_ms = start_ms
-        self.container = av.open(buf, "w", format="mp4", options={"use_editlist": "0"})
+        # time 0 is `start_ms`: the frames from the keyframe before it get negative times,
+        # and the edit list the muxer writes has players decode but not show them (as
+        # `ffmpeg -ss` with `-c copy` does), so the clip lasts what was asked
+        self.container = av.open(buf, "w", format="mp4")
         self.stream = self.container.add_stream_from_template(template)
         self.time_base = template.time_base
         self.stream.time_base = template.time_base
@@ -286,7 +289,7 @@ class _ClipWriter:
         self.packets = 0
         self.bytes = 0
         self.done = False
-        self.last_dts = -1
+        self.last_dts: int | None = None
 
     def same_codec(self, stream) -> bool:
         return _codec_key(stream) == self.codec
@@ -306,7 +309,7 @@ class _ClipWriter:
             self.pending.append((packet, pts_ms, dts_ms))
             if pts_ms < self.start_ms:
                 return True
-            self.zero_ms = self.pending[0][2]
+            self.zero_ms = max(self.start_ms, self.pending[0][1])
             for p, pt, dt in self.pending:
                 self._mux(p, pt, dt)
             self.pending = []
@@ -320,7 +323,7 @@ class _ClipWriter:
     def _mux(self, packet: av.Packet, pts_ms: float, dts_ms: float) -> None:
         scale = Fraction(1000) / Fraction(1) * self.time_base
         dts = round((dts_ms - self.zero_ms) / float(scale))
-        if dts <= self.last_dts:  # two segments meet: keep dts rising
+        if self.last_dts is not None and dts <= self.last_dts:  # two segments meet: keep dts rising
             dts = self.last_dts + 1
         copy = av.Packet(bytes(packet))
         copy.time_base = self.time_base
