@@ -30,7 +30,7 @@ MAX_SHOWN_CHARS = 200  # a value echoed in an error message is cut to this
 # fields a running app may change (PATCH): the rest change what it tracks, so it restarts
 # (not filters and masks: the classes they may name depend on the app's detector, which a
 # PATCH body does not carry, so the PATCH schema could not state what is accepted)
-LIVE_FIELDS = ("slo_ms", "fps", "lines", "zones", "priority", "min_confidence", "loiter_s")
+LIVE_FIELDS = ("slo_ms", "fps", "lines", "zones", "priority", "min_confidence", "loiter_s", "stationary_s")
 EVERY_CLASS = "*"  # a `filters` key: the filter of each class without its own
 MAX_SLO_MS = 600_000  # ten minutes: the longest latency target any request may ask for
 

@@ -75,3 +75,26 @@ def test_a_car_that_drives_off_is_no_longer_stationary_and_a_new_car_there_is_ne
     assert not keeper.stationary(1, 1600.0)
     assert keeper.forget(1) == [9] and not keeper.alias
     assert iou(box, box) == 1.0 and iou(box, [100.0, 100.0, 110.0, 110.0]) == 0.0
+
+
+def test_stationary_s_changes_while_running():
+    """PATCHed on (and off) a running app: the parked car is one track once it is on,
+    and when it is off again nothing stays parked."""
+    boxes = parked_with_dropouts()
+    app = make_app()
+    block = make_block(num_frames=len(boxes), fps=FPS, size=(200, 100))
+    starts = []
+
+    def feed(frames: range) -> None:
+        for i in frames:
+            dets = make_detections([boxes[i]] if boxes[i] else [], [1] if boxes[i] else [])
+            events, _ = app.observe(block.select(np.arange(len(boxes)) == i), [dets])
+            starts.extend(e for e in events if e.type == "track_start")
+
+    app.reconfigure(parse_spec({**app.spec.model_dump(mode="json"), "stationary_s": 2.0}))
+    feed(range(0, 150))
+    assert len(starts) == 1 and app.keeper.alias  # parked through its drop-outs, and back as itself
+    app.reconfigure(parse_spec({**app.spec.model_dump(mode="json"), "stationary_s": None}))
+    assert not app.keeper.parked and not app.keeper.alias and app.keeper.stationary_s is None
+    feed(range(150, 300))
+    assert len(starts) >= 2  # without it again: a new car at a return
