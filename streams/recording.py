@@ -93,7 +93,7 @@ class StreamRecorder:
     def begin(self, stream, offset_ms: float | None) -> None:
         """A new session on `stream` (a PyAV input video stream). `offset_ms`: stream time
         at the stream's pts 0 (a file pass's start); None for a live camera, whose
-        first packet is anchored to the wall clock."""
+        packets are placed by the wall clock."""
         self.end()
         self._template = stream
         self._offset_ms = offset_ms
@@ -108,10 +108,10 @@ class StreamRecorder:
         # rate): the stream time of media time 0 is the least wall - pts seen, per segment
         offset = self._offset_ms if self._offset_ms is not None else self.wall_ms() - float(packet.pts * tb) * 1000.0
         try:
-            if packet.is_keyframe and (self._out is None or media_ms - self._out.media_start_ms > self.segment_ms - 0.5):
-                if media_ms >= self._retry_after_ms:
-                    self._close()
-                    self._out = _OpenSegment(self.folder, self._template, dts, media_ms, offset)
+            due = self._out is None or media_ms - self._out.media_start_ms > self.segment_ms - 0.5
+            if packet.is_keyframe and due and media_ms >= self._retry_after_ms:
+                self._close()
+                self._out = _OpenSegment(self.folder, self._template, dts, media_ms, offset)
             if self._out is not None:
                 self._out.mux(packet, dts, media_ms, offset)
         except (OSError, av.error.FFmpegError) as exc:
@@ -132,7 +132,14 @@ class StreamRecorder:
 
     def _close(self) -> None:
         out, self._out = self._out, None
-        if out is not None and out.close():
+        if out is None:
+            return
+        try:
+            kept = out.close()
+        except (OSError, av.error.FFmpegError):
+            out.discard()
+            raise
+        if kept:
             self.segments_written += 1
             self._failed_logged = False
             self.on_closed()

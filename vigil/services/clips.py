@@ -32,7 +32,8 @@ class ClipService:
     def segments(self, stream: str) -> list[dict]:
         """The stream's recorded segments, oldest first (`end_ms` null: being written);
         a deleted stream's stay until retention takes them."""
-        return [{"start_ms": s.start_ms, "end_ms": s.end_ms, "bytes": s.size} for s in self._store(stream).segments(stream)]
+        store = self._store(stream)
+        return [{"start_ms": s.start_ms, "end_ms": s.end_ms, "bytes": s.size} for s in store.segments(stream)]
 
     def window(self, stream: str, start_ms: float, end_ms: float) -> bytes:
         store = self._store(stream)
