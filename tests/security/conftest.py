@@ -40,16 +40,20 @@ def media(tmp_path_factory) -> Path:
 def guarded(tmp_path_factory, media) -> VigilServer:
     srv = VigilServer(tmp_path_factory.mktemp("guarded") / "data", api_keys=KEY, config={"limits": LIMITS},
                       media_dirs=[media]).start()
-    with httpx.Client(base_url=srv.url, timeout=60, headers=AUTH) as api:
-        wait_for(lambda: api.get("/readyz").status_code == 200, 120, "ready (the LLM loaded)")
-        for name, clip in (("a", "street_a.mp4"), ("b", "street_b.mp4")):
-            r = api.post("/v1/streams", json={"name": name, "url": str(ROOT / "sample_videos" / clip),
-                                              "options": {"loop": True}})
-            assert r.status_code == 201, r.text
-        for spec in APPS:
-            assert api.post("/v1/apps", json=spec).status_code == 201
-        wait_for(lambda: all(api.get(f"/v1/apps/{a['name']}/metrics").json()["completed"] > 10 for a in APPS), 120,
-                 "every app has results")
+    try:  # a setup that fails stops the server it started (else it runs on past the session)
+        with httpx.Client(base_url=srv.url, timeout=60, headers=AUTH) as api:
+            wait_for(lambda: api.get("/readyz").status_code == 200, 120, "ready (the LLM loaded)")
+            for name, clip in (("a", "street_a.mp4"), ("b", "street_b.mp4")):
+                r = api.post("/v1/streams", json={"name": name, "url": str(ROOT / "sample_videos" / clip),
+                                                  "options": {"loop": True}})
+                assert r.status_code == 201, r.text
+            for spec in APPS:
+                assert api.post("/v1/apps", json=spec).status_code == 201
+            wait_for(lambda: all(api.get(f"/v1/apps/{a['name']}/metrics").json()["completed"] > 10
+                                 for a in APPS), 120, "every app has results")
+    except BaseException:
+        srv.stop()
+        raise
     yield srv
     assert srv.stop(), srv.logs()[-3000:]
 

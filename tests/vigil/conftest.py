@@ -16,13 +16,18 @@ def server(tmp_path_factory, bundled_clips, short_clip):
     srv = VigilServer(tmp_path_factory.mktemp("serve") / "data", config=config,
                       media_dirs=[short_clip[0].parent]).start()
     api = httpx.Client(base_url=srv.url, timeout=60)
-    r = api.post("/v1/streams", json={"name": "street", "url": str(bundled_clips[0]), "options": {"loop": True}})
-    assert r.status_code == 201, r.text
-    spec = {"name": "people", "source": "street", "detector": "scenedet", "classes": ["person"], "slo_ms": 1500,
-            "lines": {"midblock": [[0.62, 0.97], [0.62, 0.27]]}}
-    r = api.post("/v1/apps", json=spec)
-    assert r.status_code == 201, r.text
-    wait_for(lambda: api.get("/v1/apps/people/metrics").json()["completed"] > 20, 120, "people app results")
+    try:  # a setup that fails stops the server it started (else it runs on past the session)
+        r = api.post("/v1/streams", json={"name": "street", "url": str(bundled_clips[0]), "options": {"loop": True}})
+        assert r.status_code == 201, r.text
+        spec = {"name": "people", "source": "street", "detector": "scenedet", "classes": ["person"],
+                "slo_ms": 1500, "lines": {"midblock": [[0.62, 0.97], [0.62, 0.27]]}}
+        r = api.post("/v1/apps", json=spec)
+        assert r.status_code == 201, r.text
+        wait_for(lambda: api.get("/v1/apps/people/metrics").json()["completed"] > 20, 120, "people app results")
+    except BaseException:
+        api.close()
+        srv.stop()
+        raise
     yield srv
     api.close()
     assert srv.stop(), srv.logs()[-3000:]
