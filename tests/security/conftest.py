@@ -21,12 +21,13 @@ from support.watch import APPS, AUTH, KEY, LIMITS, WATCHED
 
 def pytest_terminal_summary(terminalreporter):
     """What the server did during each watched attack: RSS over its baseline, the
-    slowest /healthz."""
+    slowest /healthz, and how often /healthz was asked again on a new connection."""
     if WATCHED:
         terminalreporter.section("attacks watched")
         for test, w in WATCHED:
             terminalreporter.write_line(f"{w.growth_mb:+7.0f} MB RSS (baseline {w.baseline_mb:.0f}), slowest /healthz "
-                                        f"{w.slowest_health_s * 1000:5.0f} ms, {w.samples:4d} samples: {test}")
+                                        f"{w.slowest_health_s * 1000:5.0f} ms, {w.samples:4d} samples, "
+                                        f"{w.retries} asked again: {test}")
 
 @pytest.fixture(scope="session")
 def media(tmp_path_factory) -> Path:

@@ -44,6 +44,7 @@ class Watch:
     slowest_health_s: float = 0.0
     health_failures: list = field(default_factory=list)
     samples: int = 0
+    retries: int = 0  # /healthz asked again after its kept-alive connection closed under it
 
     @property
     def growth_mb(self) -> float:
@@ -72,10 +73,19 @@ def watch(server: VigilServer, poll_s: float = 0.2):
 
     client = httpx.Client(base_url=server.url, timeout=5)
 
+    def get_health() -> int:
+        try:
+            return client.get("/healthz").status_code
+        except (httpx.ReadError, httpx.RemoteProtocolError):
+            # the kept-alive connection was closed as the request went out: asked once
+            # more on a new one, as HTTP clients do for an idempotent request (RFC 9112 9.3.1)
+            w.retries += 1
+            return client.get("/healthz").status_code
+
     def sample():
         t0 = time.monotonic()
         try:
-            if client.get("/healthz").status_code != 200:
+            if get_health() != 200:
                 w.health_failures.append("status")
         except httpx.HTTPError as exc:
             w.health_failures.append(repr(exc))
