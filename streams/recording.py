@@ -166,14 +166,8 @@ class _OpenSegment:
         self.packets = 0
 
     def mux(self, packet: av.Packet, dts: int, media_ms: float, offset_ms: float) -> None:
-        copy = av.Packet(bytes(packet))
-        copy.time_base = packet.time_base
-        copy.pts = packet.pts - self.first_dts
-        copy.dts = dts - self.first_dts
-        copy.duration = packet.duration
-        copy.is_keyframe = packet.is_keyframe
-        copy.stream = self.stream
-        self.container.mux(copy)
+        self.container.mux(_copy(packet, self.stream, packet.time_base, packet.pts - self.first_dts,
+                                 dts - self.first_dts))
         self.packets += 1
         self.offset_ms = min(self.offset_ms, offset_ms)
         frame_ms = float(packet.duration * packet.time_base) * 1000.0 if packet.duration else 0.0
@@ -289,6 +283,7 @@ class _ClipWriter:
         self.container = av.open(buf, "w", format="mp4")
         self.stream = self.container.add_stream_from_template(template)
         self.time_base = template.time_base
+        self.ms_per_tick = float(1000 * Fraction(template.time_base))
         self.stream.time_base = template.time_base
         self.codec = _codec_key(template)
         self.pending: list[tuple[av.Packet, float, float]] = []  # since the last keyframe before start_ms
@@ -328,18 +323,11 @@ class _ClipWriter:
         return True
 
     def _mux(self, packet: av.Packet, pts_ms: float, dts_ms: float) -> None:
-        scale = Fraction(1000) / Fraction(1) * self.time_base
-        dts = round((dts_ms - self.zero_ms) / float(scale))
+        dts = round((dts_ms - self.zero_ms) / self.ms_per_tick)
         if self.last_dts is not None and dts <= self.last_dts:  # two segments meet: keep dts rising
             dts = self.last_dts + 1
-        copy = av.Packet(bytes(packet))
-        copy.time_base = self.time_base
-        copy.dts = dts
-        copy.pts = max(dts, round((pts_ms - self.zero_ms) / float(scale)))
-        copy.duration = packet.duration
-        copy.is_keyframe = packet.is_keyframe
-        copy.stream = self.stream
-        self.container.mux(copy)
+        pts = max(dts, round((pts_ms - self.zero_ms) / self.ms_per_tick))
+        self.container.mux(_copy(packet, self.stream, self.time_base, pts, dts))
         self.last_dts = dts
         self.packets += 1
         self.bytes += packet.size
@@ -352,6 +340,17 @@ class _ClipWriter:
             self.container.close()
         except (OSError, av.error.FFmpegError, ValueError):
             pass
+
+
+def _copy(packet: av.Packet, stream, time_base, pts: int, dts: int) -> av.Packet:
+    """`packet`'s data and flags, at new times, for `stream` of another container."""
+    copy = av.Packet(bytes(packet))
+    copy.time_base = time_base
+    copy.pts, copy.dts = pts, dts
+    copy.duration = packet.duration
+    copy.is_keyframe = packet.is_keyframe
+    copy.stream = stream
+    return copy
 
 
 def _seek(container, stream, file_ms: float) -> None:
