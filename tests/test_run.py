@@ -79,8 +79,39 @@ def stays_within(out, truth: dict, within_ms: float = 500.0) -> float:
     return hits / max(total, 1)
 
 
+LOITER_S = 8.0  # the bundled clips have stays on both sides of it: people wait at the kerb
+
+
+def loiter_errors(out, truth: dict, margin_ms: float = 500.0) -> tuple[float, list, list]:
+    """people-counter's zone_dwell events against the truth's stays: the share of the
+    stays longer than LOITER_S (by more than `margin_ms`, the dwell tolerance) that got
+    one, in their zone while they were in it; the stays that got none; and the events
+    that match no stay as long (a stay within `margin_ms` of LOITER_S may go either way)."""
+    loiter = LOITER_S * 1000.0
+    spec = load_spec("people-counter")
+    events = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
+    dwell = [e for e in events if e["type"] == "zone_dwell" and e["app"] == spec.name]
+    stays = [s for s in truth["stays"] if s["zone"] in spec.zones and s["class"] in spec.classes]
+    used: set[int] = set()
+    missed, long_stays = [], 0
+    for stay in sorted(stays, key=lambda s: -s["dwell_ms"]):
+        if stay["dwell_ms"] < loiter - margin_ms:
+            continue
+        during = [i for i, e in enumerate(dwell) if i not in used and (e["zone"], e["class"]) == (stay["zone"], stay["class"])
+                  and stay["enter_ms"] + loiter - margin_ms <= e["t_ms"] <= stay["exit_ms"] + margin_ms]
+        best = min(during, key=lambda i: abs(dwell[i]["t_ms"] - stay["enter_ms"] - loiter), default=None)
+        if best is not None:
+            used.add(best)
+        if stay["dwell_ms"] >= loiter + margin_ms:
+            long_stays += 1
+            if best is None:
+                missed.append(stay)
+    extra = [e for i, e in enumerate(dwell) if i not in used]
+    return 1.0 - len(missed) / max(long_stays, 1), missed, extra
+
+
 def run_counts(clip, out):
-    specs = [load_spec("people-counter"), load_spec("vehicle-counter")]
+    specs = [load_spec("people-counter").model_copy(update={"loiter_s": LOITER_S}), load_spec("vehicle-counter")]
     return run_offline(str(clip), specs, RunOptions(out, video=False))
 
 
@@ -94,6 +125,11 @@ def test_line_counts_match_truth_on_bundled_clips(clip, tmp_path):
     # 0.87 (street_b, street_c) to 0.93 (street_a) when measured: the misses are stays a
     # track switch cut in two, or a person unseen beside another
     assert stays_within(tmp_path, load_truth(clip)) >= 0.8
+    # 0.88 (street_b) to 1.0 of the long stays got their zone_dwell, with at most one
+    # event matching none when measured: a track that took over another person's at
+    # the frame's edge, and two people side by side seen as one
+    found, missed, extra = loiter_errors(tmp_path, load_truth(clip))
+    assert found >= 0.85 and len(extra) <= 1, (missed, extra)
 
 
 @pytest.mark.slow
