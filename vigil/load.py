@@ -7,16 +7,20 @@ or its rate is lowered, and stops being so once under `CALM_AT` at its full rate
 
 An app that declares `min_fps` has its sampled rate controlled as TCP controls its
 window (AIMD, as in VideoStorm's and Chameleon's frame-rate degradation): when it or an
-app of equal or higher priority has just shed frames, its rate is multiplied by
-`DECREASE`, at most once per `HOLD_S` (the frames sampled before the cut take about that
-long to come back, so one congestion episode cuts once); once `HOLD_S` has passed with
-no such shed, the rate grows by `INCREASE_PER_S` of its full rate per second. So the
-sum of the rates probes the device's capacity and settles just under it, whatever that
-capacity is on this machine. A proportional cut (by the share shed) and an increase
-split among the apps both measured worse: startup stalls cut the rates to their floors
-and they came back too slowly. A low-priority app gives up frames at admission, before
-decode-side or device work is spent on them. Higher priorities feel only each other's
-pressure, so the lowest degrade first.
+app of equal or higher priority has just shed frames, its rate is cut, at most once per
+`HOLD_S` (the frames sampled before the cut take about that long to come back, so one
+congestion episode cuts once); once `HOLD_S` has passed with no such shed, the rate
+grows by `INCREASE_PER_S` of its full rate per second. So the sum of the rates probes
+the device's capacity and settles just under it, whatever that capacity is on this
+machine. The cut grows with the congestion, as DCTCP's window does: the rate is
+multiplied by 1 - s/2 (s: the largest shed share among those apps), never by more than
+`DECREASE` nor less than `DEEPEST_CUT`. Near capacity, where a few frames are shed, that
+is `DECREASE`; sixteen cameras that start at once, three times over capacity, are under
+it in three cuts rather than fifteen, where every frame in between was decoded and
+queued to be dropped. An increase split among the apps measured worse: startup stalls
+cut the rates to their floors and they came back too slowly. A low-priority app gives
+up frames at admission, before decode-side or device work is spent on them. Higher
+priorities feel only each other's pressure, so the lowest degrade first.
 
 Pure logic behind a lock; the worker applies the rate to its sampler and counts the
 frames it no longer samples as shed (`rate`).
@@ -35,7 +39,8 @@ log = logging.getLogger("vigil.load")
 ALPHA = 0.3  # weight of one block in an app's shed share
 OVERLOADED_AT = 0.05  # shed share above which an app is overloaded (and a block counts as shedding)
 CALM_AT = 0.01  # shed share under which an app counts as calm
-DECREASE = 0.9  # a degrading app's rate is multiplied by this per congestion episode
+DECREASE = 0.9  # a degrading app's rate is multiplied by at most this per congestion episode...
+DEEPEST_CUT = 0.5  # ... and by at least this, when nearly everything is shed
 HOLD_S = 2.0  # one cut per episode: a block plus a 1 s SLO pass before a cut shows in what is shed
 INCREASE_PER_S = 0.05  # of its full rate, given back per calm second
 
@@ -97,10 +102,12 @@ class LoadGovernor:
 
     def _steer(self, state: AppLoad, floor: float, now: float, elapsed: float) -> None:
         """AIMD on the app's rate from the latest shedding of its priority or higher. Under lock."""
-        shed_at = max(s.last_shed for s in self._apps.values() if s.priority >= state.priority)
+        pressing = [s for s in self._apps.values() if s.priority >= state.priority]
+        shed_at = max(s.last_shed for s in pressing)
         if now - shed_at < HOLD_S:
             if shed_at >= state.last_cut + HOLD_S:  # a shed after the last cut had time to show
-                state.rate_fps = max(floor, state.rate_fps * DECREASE)
+                share = max(s.shed_share for s in pressing)
+                state.rate_fps = max(floor, state.rate_fps * min(DECREASE, max(DEEPEST_CUT, 1 - share / 2)))
                 state.last_cut = now
         else:
             state.rate_fps = min(state.full_fps, state.rate_fps + INCREASE_PER_S * state.full_fps * elapsed)
