@@ -6,7 +6,8 @@ batches) and hands them to `observe`, which tracks them and applies lines and zo
 
 Per frame: keep detections above `min_confidence` (or their class's `min_score`) that
 pass their class's size and shape filters and lie outside the object masks -> track all
-classes (a stationary object that comes back keeps its track, apps/stationary.py) ->
+classes (a stationary object that comes back keeps its track, apps/stationary.py; one
+that went out across the border is gone) ->
 each track's class is its majority vote -> count only the app's classes on lines (those
 that move) and zones.
 
@@ -39,6 +40,21 @@ class TrackState:
     last_ms: float
     started: bool = False  # track_start emitted (the track is of one of the app's classes)
     box: list[float] | None = None  # where it was last seen, xyxy pixels
+    leaving: bool = False  # last seen on the frame's border, moving out across it
+
+
+EDGE_SHARE = 0.01  # a box this close to the frame's border (of its width or height) touches it
+
+
+def leaving_view(before: list[float], now: list[float], frame_size: tuple[int, int]) -> bool:
+    """A box (xyxy) that touches a border of the frame and whose centre moved toward it
+    since `before`."""
+    width, height = frame_size
+    dx = (now[0] + now[2] - before[0] - before[2]) / 2
+    dy = (now[1] + now[3] - before[1] - before[3]) / 2
+    mx, my = EDGE_SHARE * width, EDGE_SHARE * height
+    return (now[0] <= mx and dx < 0) or (now[2] >= width - mx and dx > 0) or \
+        (now[1] <= my and dy < 0) or (now[3] >= height - my and dy > 0)
 
 
 @dataclass
@@ -167,7 +183,9 @@ class App:
             state = self.tracks.get(tid)
             if state is None:
                 state = self.tracks[tid] = TrackState(cid, t_ms, t_ms)
-            state.class_id, state.last_ms, state.box = cid, t_ms, [round(float(v), 1) for v in xyxy]
+            box = [round(float(v), 1) for v in xyxy]
+            state.leaving = state.box is not None and leaving_view(state.box, box, self.frame_size)
+            state.class_id, state.last_ms, state.box = cid, t_ms, box
             self.keeper.seen(tid, state.box, t_ms)
             if not state.started and cid in self._wanted:
                 state.started = True
@@ -216,7 +234,12 @@ class App:
     def _end_stale_tracks(self, t_ms: float, everything: bool = False) -> list[Event]:
         events: list[Event] = []
         horizon = self.spec.tracker.lost_track_s * 1000.0
-        for tid in [t for t, s in self.tracks.items() if everything or t_ms - s.last_ms > horizon]:
+        # a track last seen going out across the border has left the view: it ends on
+        # the first frame without it, so that whoever comes in there next is not taken
+        # for it (lost_track_s is for objects hidden inside the view)
+        gone = [t for t, s in self.tracks.items()
+                if everything or t_ms - s.last_ms > horizon or (s.leaving and t_ms > s.last_ms)]
+        for tid in gone:
             state = self.tracks[tid]
             if not everything and state.box is not None:  # a stationary object is parked, not ended
                 parked = tid in self.keeper.parked or self.keeper.park(tid, state.box, state.class_id, state.last_ms)
