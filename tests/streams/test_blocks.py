@@ -104,3 +104,20 @@ def test_frames_before_a_failure_come_out_as_a_last_block():
     assert next(blocks).frame_ids.tolist() == [4]
     with pytest.raises(RuntimeError, match="stream broke"):
         next(blocks)
+
+
+def test_a_block_closes_on_its_last_frame_not_on_the_next_one():
+    # a 5 fps stream (200 ms apart) in 300 ms blocks: the frame at 200 is the last that
+    # fits, since the one at 400 would not; waiting for it held the first frame 400 ms
+    cutter = BlockCutter(max_frames=8, max_duration_ms=300)
+    out = [cutter.add(make_frame(i, pts_ms=i * 200.0)) for i in range(5)]
+    assert [None if b is None else b.frame_ids.tolist() for b in out] == [None, [0, 1], None, [2, 3], None]
+    assert cutter.flush().frame_ids.tolist() == [4]
+
+
+def test_after_a_gap_a_frame_closes_the_old_block_and_waits_in_the_new_one():
+    cutter = BlockCutter(max_frames=8, max_duration_ms=300)
+    assert cutter.add(make_frame(0, pts_ms=0.0)) is None
+    assert cutter.add(make_frame(1, pts_ms=100.0)) is None
+    assert cutter.add(make_frame(2, pts_ms=900.0)).frame_ids.tolist() == [0, 1]  # the gap closes [0, 1]
+    assert cutter.add(make_frame(3, pts_ms=1100.0)).frame_ids.tolist() == [2, 3]  # one at 1300 would not fit
