@@ -24,6 +24,10 @@ crosses Ray twice, so the planner is given each SLO less `OVERHEAD_MS`. Three ph
 - failover: the node with the most backends is killed; the time until every window
   is at 0.99 again (`failover_s`), the requests failed fast as `backend_lost`, and
   `lost_events`: requests that never got any outcome (that hung).
+
+Then the peer, unless `serve_peer` is off: the same workload on Ray Serve's autoscaled
+deployments on a fresh cluster (bench/cluster_serve_peer.py), and the devices Vigil
+used over the replicas Serve held.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 import numpy as np
@@ -59,15 +63,23 @@ class ClusterBenchOptions:
     beacon_s: float = 0.5
     seed: int = 0
     sim_devices: tuple[int, ...] = (16, 100, 1000)
+    serve_peer: bool = True  # the same workload on Ray Serve's autoscaled deployments, on a fresh cluster
+    serve_settle_s: float = 20.0  # for its replicas to scale before its window (steady_s) measures
+    # Serve sends each request on its own: on two cores it carried about 25 a second
+    # (at 40 its attainment fell to 0.37), so its workload is stretched further; the
+    # devices a workload needs do not change with the stretch
+    serve_time_scale: float = 200.0
 
     def __post_init__(self) -> None:
         if not (2 <= self.nodes <= 16 and 1 <= self.gpus_per_node <= 16):
             raise ValueError("nodes must be 2 to 16 and gpus_per_node 1 to 16")
         if not (0 < self.load_devices <= self.nodes * self.gpus_per_node):
             raise ValueError(f"load_devices must be in (0, {self.nodes * self.gpus_per_node}]")
-        for name in ("steady_s", "step_s", "failover_s"):
+        for name in ("steady_s", "step_s", "failover_s", "serve_settle_s"):
             if not (1.0 <= getattr(self, name) <= 600):
                 raise ValueError(f"{name} must be in [1, 600]")
+        if not (1.0 <= self.time_scale <= 1000 and 1.0 <= self.serve_time_scale <= 1000):
+            raise ValueError("time_scale and serve_time_scale must be in [1, 1000]")
 
 
 class Traffic:
@@ -176,6 +188,14 @@ def run_cluster_bench(options: ClusterBenchOptions, log: Callable[[str], None] =
     started = time.monotonic()
     with local_cluster(options.nodes, options.gpus_per_node) as (cluster, nodes):
         result = _phases(options, cluster, nodes, started, log)
+    if options.serve_peer:
+        from bench.cluster_serve_peer import serve_peer
+
+        workloads, slo = _workload(replace(options, time_scale=options.serve_time_scale))
+        result.update(serve_peer(options.nodes, options.gpus_per_node, workloads, slo, options.serve_settle_s,
+                                 options.steady_s, options.seed, log))
+        used = result["ray_serve_devices_used"]
+        result["vigil_vs_ray_serve_devices"] = round(result["devices_used"] / used, 3) if used else None
     log("simulation")
     result["sim"] = run_sim(SimOptions(devices=options.sim_devices, seconds=2.0), log)["sim"]
     return result
@@ -260,8 +280,7 @@ def _phases(options: ClusterBenchOptions, cluster, nodes: list, started: float, 
             "attainment": steady, "step_attainment": step, "reconverge_s": reconverge, "step_windows": step_windows,
             "failover_attainment": failover, "failover_s": failover_s, "failover_windows": failover_windows,
             "backend_lost": all_counts.get("backend_lost", 0), "lost_events": all_counts.get("no_outcome", 0),
-            "outcomes": dict(all_counts), "plans": [e["reason"] for e in final_plan["history"]], "lost_backends": final_plan["lost"],
-            "ray_serve_devices_used": None}
+            "outcomes": dict(all_counts), "plans": [e["reason"] for e in final_plan["history"]], "lost_backends": final_plan["lost"]}
 
 
 def _wait_for(predicate: Callable[[], bool], timeout_s: float, what: str) -> None:
@@ -274,7 +293,8 @@ def _wait_for(predicate: Callable[[], bool], timeout_s: float, what: str) -> Non
 
 def format_cluster_report(result: dict) -> str:
     keys = ("devices_used", "devices_lower_bound", "efficiency", "attainment", "step_attainment", "reconverge_s",
-            "failover_attainment", "failover_s", "backend_lost", "lost_events")
+            "failover_attainment", "failover_s", "backend_lost", "lost_events", "ray_serve_devices_used",
+            "ray_serve_attainment", "vigil_vs_ray_serve_devices")
     lines = ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys),
              "| " + " | ".join(str(result.get(k)) for k in keys) + " |"]
     sim = result["sim"]
