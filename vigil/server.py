@@ -36,6 +36,11 @@ log = logging.getLogger("vigil.server")
 # connections accepted in one turn of the event loop (and the listen queue): those past
 # the cap are closed a turn or two later, so a burst needs a few times this many spare
 BACKLOG = 64
+# uvicorn's limit_concurrency answers 503 to a request on a connection already open
+# while the process's connections, counted with those a burst just brought in that
+# the guard is about to close, reach it: it sits a few bursts over the guard's cap
+# (a monitor's /healthz got 503 during a flood of 200 sockets at cap + 16)
+SPARE = 4 * BACKLOG
 
 
 def _return_frames_to_the_os() -> None:
@@ -140,6 +145,6 @@ def serve(settings: Settings, reread: Callable[[], Settings] | None = None) -> N
     app = build_app(service, lifespan=lifespan)
     config = uvicorn.Config(app, log_level="info", access_log=False, timeout_graceful_shutdown=10,
                             http=guarded_protocol(cap, limits.header_timeout_s),
-                            timeout_keep_alive=int(max(1, limits.idle_timeout_s)), limit_concurrency=cap + 16,
+                            timeout_keep_alive=int(max(1, limits.idle_timeout_s)), limit_concurrency=cap + SPARE,
                             backlog=BACKLOG)
     uvicorn.Server(config).run(sockets=[rest])
