@@ -60,7 +60,8 @@ class StreamOptions(BaseModel):
                                                                      "every wait is the cap)")
     max_reconnects: json_int(ge=0, le=1_000_000) | None = Field(None, description="null: forever")
     buffer_frames: json_int(ge=1, le=256) = 32
-    realtime: bool = Field(True, description="files: deliver at the clip's frame rate")
+    realtime: bool = Field(True, description="files: deliver at the clip's frame rate (false: as fast as "
+                                             "the apps consume, every sampled frame analysed)")
     loop: bool = Field(False, description="files: start again at the end")
 
 
@@ -107,6 +108,9 @@ class ManagedStream:
         self.redacted = redact_url(shown_url or url)
         self.options = options or StreamOptions()
         self.live = is_live_url(url)
+        # a file delivered as fast as it is consumed has no real time to keep: its frames
+        # are analysed however late, so its results do not depend on the machine's speed
+        self.paced = self.live or self.options.realtime
         self.clock = clock
         self.wall_ms = wall_ms
         self.stats = StreamStats()

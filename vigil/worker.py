@@ -138,7 +138,8 @@ class StreamWorker:
 
     def _process(self, block: FrameBlock, pipeline: BlockPipeline) -> None:
         runners = self._sync_apps(block)
-        pipeline.push((submit_block(block, runners, self.engine, self.clock, self._app_failed), runners))
+        pipeline.push((submit_block(block, runners, self.engine, self.clock, self._app_failed,
+                                    exact=not self.stream.paced), runners))
 
     def _app_failed(self, runner: AppRunner, exc: Exception) -> None:
         name = runner.app.name

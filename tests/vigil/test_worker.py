@@ -64,3 +64,28 @@ def test_an_app_whose_model_is_unloaded_is_degraded_until_it_is_back(worker):
     assert "unavailable" in status(w, "people")[1] and "not loaded" in status(w, "people")[1]
     engine.load("scenedet")
     wait_for(lambda: status(w, "people")[0] == "running", 30, "running again")
+
+
+@pytest.mark.parametrize("realtime", [False, True])
+def test_a_file_not_paced_is_analysed_whole_however_late(short_clip, realtime):
+    """Every frame reaches the worker 10 s after its capture, far past a 1 s SLO: a paced
+    file is a camera and its late frames are dropped; a file read as fast as it is
+    consumed has no real time, and every sampled frame is analysed."""
+    engine = Engine(ModelRepository(ROOT / "configs" / "models"), "cpu")
+    stream = ManagedStream("s", str(short_clip[0]), StreamOptions(realtime=realtime),
+                           clock=lambda: engine.clock() - 10_000.0)
+    w = StreamWorker(stream, engine, lambda events, frames: [], 4, 300.0, engine.clock)
+    w.set_app(parse_spec({"name": "people", "detector": "scenedet", "classes": ["person"], "fps": 5,
+                          "slo_ms": 1000}))
+    w.start()
+    try:
+        wait_for(lambda: stream.stats.status == "ended" and not w._thread.is_alive(), 120, "the clip to end")
+    finally:
+        w.stop()
+        engine.close()
+    summary = engine.metrics.app_summary("people")
+    assert summary["arrived"] == 10  # 2 s at 5 fps
+    if realtime:
+        assert summary["completed"] == 0 and summary["dropped"] == {"deadline": 10}
+    else:
+        assert summary["completed"] == 10 and not summary["dropped"]
