@@ -68,6 +68,10 @@ class InFlight:
     futures: dict[str, list[Future | None]] = field(default_factory=dict)  # None: skipped, reuse the last
     host_results: dict[str, list[Detections]] = field(default_factory=dict)
 
+    def ready(self) -> bool:
+        """Has the engine answered every frame of the block?"""
+        return all(f is None or f.done() for slots in self.futures.values() for f in slots)
+
 
 def _labels_of(spec: AppSpec, engine: Engine) -> tuple[str, ...]:
     if spec.host_detector:
@@ -212,18 +216,29 @@ class BlockPipeline(Generic[T]):
     """Blocks in flight, oldest first, for `vigil run` and `vigil serve` alike: `push`
     adds a submitted block and, once `depth` are in flight, completes the oldest, so
     the engine works on the newer ones while the apps observe it; `drain` completes
-    the rest, in order."""
+    the rest, in order. With `ready` (is a block's work done?), `push` and `poll` also
+    complete, in order, the oldest blocks that are ready, without waiting."""
 
-    def __init__(self, complete: Callable[[T], None], depth: int = PIPELINE_DEPTH) -> None:
+    def __init__(self, complete: Callable[[T], None], depth: int = PIPELINE_DEPTH,
+                 ready: Callable[[T], bool] | None = None) -> None:
         if depth < 1:
             raise ValueError(f"depth must be >= 1; was {depth}")
         self._complete = complete
         self.depth = depth
+        self._ready = ready
         self._flights: deque[T] = deque()
+
+    def __len__(self) -> int:
+        return len(self._flights)
 
     def push(self, flight: T) -> None:
         self._flights.append(flight)
+        self.poll()
         if len(self._flights) >= self.depth:
+            self._complete(self._flights.popleft())
+
+    def poll(self) -> None:
+        while self._ready is not None and self._flights and self._ready(self._flights[0]):
             self._complete(self._flights.popleft())
 
     def drain(self) -> None:

@@ -6,7 +6,8 @@ at the next block (the worker thread is the only one that touches `App` objects)
 app that cannot start (its model fails to load), or that raises while it runs, gets
 status `failed` with the error, and the stream's other apps go on. An app whose every
 frame of a block was dropped because its model is not there (unloaded) is `degraded`
-with the reason until frames come back. Blocks are pipelined two deep, as offline.
+with the reason until frames come back. A block goes to the engine as soon as it is
+cut; the apps observe blocks in order as their results come in (`BLOCKS_IN_FLIGHT`).
 After each block the load governor (`vigil.load`) hears what was shed, and an app
 with `min_fps` samples at the rate it gives back.
 
@@ -39,6 +40,10 @@ from vigil.storage import StorageFull
 log = logging.getLogger("vigil.worker")
 
 SNAPSHOT_EVERY_MS = 1000.0
+# A stream's blocks in the engine before its worker waits for the oldest one's results:
+# more than a 1 s SLO's worth of 300 ms blocks. Fewer held the next block's frames back
+# in the stream's buffer, late before the engine saw them, whenever the device was busy.
+BLOCKS_IN_FLIGHT = 5
 
 
 @dataclass
@@ -115,9 +120,11 @@ class StreamWorker:
 
     # -- the worker thread --------------------------------------------------------------------------
     def _run(self) -> None:
-        pipeline: BlockPipeline[tuple[InFlight, list[AppRunner]]] = BlockPipeline(lambda done: self._complete(*done))
+        pipeline: BlockPipeline[tuple[InFlight, list[AppRunner]]] = BlockPipeline(
+            lambda done: self._complete(*done), BLOCKS_IN_FLIGHT, lambda done: done[0].ready())
         try:
             for frame in self.stream.frames():
+                pipeline.poll()
                 block = None
                 if frame is None:  # quiet source: do not hold a partial block forever
                     block = self.cutter.flush()
