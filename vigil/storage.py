@@ -282,15 +282,16 @@ class Storage:
                           "json_extract(data, '$.direction') = ? AND id <= ?",
                           (stream, app, run, cls, line, direction, up_to_id))[0]["n"]
 
-    def zone_occupancy(self, stream: str, app: str, run: int, zone: str, up_to_id: int) -> dict[str, int]:
-        """Tracks inside a zone after an event, by the class they entered as: those whose
-        last enter or exit of the zone, in a run of an app up to the event, is an enter."""
-        rows = self._exec("SELECT e.class AS class, COUNT(*) AS n FROM events e JOIN "
+    def zone_tracks(self, stream: str, app: str, run: int, zone: str, up_to_id: int) -> dict[int, str]:
+        """Tracks inside a zone after an event, with the class they entered as: those
+        whose last enter or exit of the zone, in a run of an app up to the event, is an
+        enter."""
+        rows = self._exec("SELECT e.track_id AS track, e.class AS class FROM events e JOIN "
                           "(SELECT MAX(id) AS last FROM events WHERE stream = ? AND app = ? AND run = ? AND "
                           "type IN ('zone_enter', 'zone_exit') AND json_extract(data, '$.zone') = ? AND id <= ? "
-                          "GROUP BY track_id) l ON e.id = l.last WHERE e.type = 'zone_enter' GROUP BY e.class",
+                          "GROUP BY track_id) l ON e.id = l.last WHERE e.type = 'zone_enter'",
                           (stream, app, run, zone, up_to_id))
-        return {r["class"]: r["n"] for r in rows}
+        return {r["track"]: r["class"] for r in rows}
 
     def count_events(self) -> int:
         return self._exec("SELECT COUNT(*) AS n FROM events")[0]["n"]

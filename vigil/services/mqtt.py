@@ -7,10 +7,11 @@
   `entered_zones`; `before` is the track's previous `after` (null for its first, or
   the first after a restart). So a subscriber can account for every stored event.
 - `PREFIX/CAMERA/APP/LINE/CLASS/in|out`: the run's count, retained, after each
-  crossing (counted in storage up to that event: exact across restarts).
+  crossing (counted in storage up to that event the first time, so exact across
+  restarts, then kept up to date here as the crossings go out in order).
 - `PREFIX/CAMERA/APP/zone/ZONE/CLASS`: how many tracks of the class are in the zone,
-  retained, after each enter and exit (in storage too; a class seen in the zone gets
-  its 0 when the last one leaves).
+  retained, after each enter and exit (from storage, then kept here, as the counts;
+  a class seen in the zone gets its 0 when the last one leaves).
 - `PREFIX/available`: `online` while Vigil is connected, `offline` as its last will.
 - Home Assistant discovery (`DISCOVERY/sensor/.../config`, retained) for each count
   and occupancy.
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter as Tally
 from typing import Any
 
 import paho.mqtt.client as mqtt
@@ -33,6 +35,10 @@ from vigil.services.outbox import OutboxSink
 from vigil.settings import Mqtt
 from vigil.snapshots import with_links
 from vigil.storage import Storage
+
+# counts and zone contents kept between messages; past this many, all are forgotten and
+# each is read from storage again when next needed
+MAX_TALLIES = 10_000
 
 
 def _object_id(*parts: str) -> str:
@@ -51,6 +57,9 @@ class MqttSink(OutboxSink):
         self._tracks: dict[tuple, dict] = {}  # (stream, app, track) -> its latest `after`
         self._announced: set[str] = set()  # discovery topics sent by this process
         self._zone_classes: dict[tuple, set[str]] = {}  # (camera, app, zone) -> classes seen in it
+        self._crossings: dict[tuple, int] = {}  # (camera, app, run, line, class, way) -> count so far
+        self._inside: dict[tuple, dict[int, str]] = {}  # (camera, app, run, zone) -> track -> class
+        self._tally: tuple[dict, tuple, Any] | None = None  # kept once this event's messages are acknowledged
         self._client: Any = None
 
     def _open(self) -> None:
@@ -81,6 +90,7 @@ class MqttSink(OutboxSink):
         after = self._after(event, before)
         kind = {"track_start": "new", "track_end": "end"}.get(event["type"], "update")
         messages = [(f"{self.prefix}/events", json.dumps({"type": kind, "before": before, "after": after}), False)]
+        self._tally = None
         if event["type"] == "line_cross":
             messages += self._line_count(event)
         elif event["type"] in ("zone_enter", "zone_exit"):
@@ -98,6 +108,11 @@ class MqttSink(OutboxSink):
         elif event["track_id"] >= 0:
             self._tracks[key] = after
         self._announced |= {t for t, _, _ in messages if t.startswith(f"{self.cfg.discovery_prefix}/")}
+        if self._tally is not None:
+            tallies, key, value = self._tally
+            if len(tallies) >= MAX_TALLIES:
+                tallies.clear()
+            tallies[key] = value
         return "delivered", None
 
     @staticmethod
@@ -114,14 +129,29 @@ class MqttSink(OutboxSink):
 
     def _line_count(self, event: dict) -> list[tuple[str, str, bool]]:
         camera, app, line, cls, way = event["stream"], event["app"], event["line"], event["class"], event["direction"]
-        n = self.storage.count_crossings(camera, app, event.get("run", 0), line, cls, way, event["id"])
+        key = (camera, app, event.get("run", 0), line, cls, way)
+        known = self._crossings.get(key)
+        n = known + 1 if known is not None else \
+            self.storage.count_crossings(camera, app, event.get("run", 0), line, cls, way, event["id"])
+        self._tally = (self._crossings, key, n)
         topic = f"{self.prefix}/{camera}/{app}/{line}/{cls}/{way}"
         return self._discovery(topic, f"{camera} {app} {line} {cls} {way}", "total_increasing", cls,
                                camera, app, line, cls, way) + [(topic, str(n), True)]
 
     def _occupancy(self, event: dict) -> list[tuple[str, str, bool]]:
         camera, app, zone = event["stream"], event["app"], event["zone"]
-        inside = self.storage.zone_occupancy(camera, app, event.get("run", 0), zone, event["id"])
+        key = (camera, app, event.get("run", 0), zone)
+        known = self._inside.get(key)
+        if known is None:
+            tracks = self.storage.zone_tracks(camera, app, event.get("run", 0), zone, event["id"])
+        else:
+            tracks = dict(known)
+            if event["type"] == "zone_enter":
+                tracks[event["track_id"]] = event["class"]
+            else:
+                tracks.pop(event["track_id"], None)
+        self._tally = (self._inside, key, tracks)
+        inside = Tally(tracks.values())
         seen = self._zone_classes.setdefault((camera, app, zone), set())
         seen |= set(inside) | {event["class"]}
         out = []
