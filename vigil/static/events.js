@@ -3,7 +3,6 @@
 // and its "clip" button plays the recording around it (GET /v1/events/{id}/clip.mp4).
 const TYPES = ["track_start", "track_end", "line_cross", "zone_enter", "zone_exit", "zone_dwell", "class_change",
   "model_selected"];
-const esc = (s) => String(s ?? "").replace(/[&<>"]/g, (c) => ({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;"}[c]));
 const fields = ["stream", "app", "type"];
 const params = new URLSearchParams(location.search);
 

@@ -2,7 +2,6 @@
 // lines with counts, zones with occupancy; GET /v1/apps/{name}/frame.jpg, at most one
 // new frame a second), refreshed every second.
 const stream = decodeURIComponent(location.pathname.split("/").pop());
-const esc = (s) => String(s ?? "").replace(/[&<>"]/g, (c) => ({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;"}[c]));
 document.getElementById("title").textContent = stream;
 document.getElementById("events-link").href = `/dashboard/events?stream=${encodeURIComponent(stream)}`;
 
