@@ -7,7 +7,8 @@ so that load control can shed their rate. After a
 warm-up, one window measures, from the server's own metrics: goodput (frames within
 their SLO per second, all apps), the high-priority app's attainment and the others'
 (over the frames whose outcome fell in the window; drops count as misses), p99 over
-every arrival, and the server's RSS and CPU. The allocator the server ran with is
+every arrival, the server's RSS and CPU, and the share of the machine's CPU that the
+hypervisor stole in the window (bench/machine.py). The allocator the server ran with is
 reported too: without jemalloc the served path is several times slower
 (vigil/allocator.py).
 
@@ -37,6 +38,7 @@ import httpx
 import yaml
 
 from bench.launch import Launched, free_ports
+from bench.machine import cpu_times, steal_share
 from vigil.allocator import in_use
 from vigil.settings import MODELS_DIR, ROOT, SAMPLES_DIR
 
@@ -135,6 +137,7 @@ def measure_point(n: int, options: ServeBenchOptions, log: Callable[[str], None]
                     api.post("/v1/apps", json=_app_spec(i)).raise_for_status()
                 time.sleep(options.warmup_s)
                 before, cpu0, t0 = _totals(api, n), server.cpu_s(), time.monotonic()
+                machine0 = cpu_times()
                 captions_before = _caption_ids(api)
                 guest_before = api.get("/v1/overview").json()["device"]["guest"]
                 rss = [server.rss_mb()]
@@ -143,6 +146,7 @@ def measure_point(n: int, options: ServeBenchOptions, log: Callable[[str], None]
                     time.sleep(min(2.0, options.window_s / 10))
                     rss.append(server.rss_mb())
                 after, cpu1, elapsed = _totals(api, n), server.cpu_s(), time.monotonic() - t0
+                steal = steal_share(machine0, cpu_times())
                 overloaded = [a["load"]["overloaded"] for a in after]
                 written = len(_caption_ids(api) - captions_before)
                 guest = api.get("/v1/overview").json()["device"]["guest"]
@@ -158,7 +162,7 @@ def measure_point(n: int, options: ServeBenchOptions, log: Callable[[str], None]
              "p99_all_ms": after[0]["latency_all_ms"]["p99"],
              "p99_all_ms_low": after[-1]["latency_all_ms"]["p99"] if n > 1 else None,
              "rss_mb": round(rss[-1], 1), "rss_growth": round(rss[-1] / rss[0], 3),
-             "cpu_pct": round(100 * (cpu1 - cpu0) / elapsed, 1),
+             "cpu_pct": round(100 * (cpu1 - cpu0) / elapsed, 1), "cpu_steal": steal,
              "overloaded_apps": sum(overloaded), "allocator": allocator}
     if captions:
         steps = {k: guest[k] - guest_before[k] for k in ("guest_steps_by_share", "guest_steps_in_slack")}
@@ -166,13 +170,14 @@ def measure_point(n: int, options: ServeBenchOptions, log: Callable[[str], None]
                      llm_share_since_start=guest["guest_share"])
     log(f"  N={n}{' with captions' if captions else ''}: goodput {point['goodput_fps']} frames/s, "
         f"high {point['high_attainment']}, low {point['low_attainment']}, p99 all {point['p99_all_ms']}, "
-        f"rss {point['rss_mb']} MB (x{point['rss_growth']}), cpu {point['cpu_pct']}%"
+        f"rss {point['rss_mb']} MB (x{point['rss_growth']}), cpu {point['cpu_pct']}%, steal {point['cpu_steal']}"
         + (f", {point['captions_per_min']} captions/min, LLM steps {point['llm_steps']}" if captions else ""))
     return point
 
 
-def engine_bound(options: ServeBenchOptions, log: Callable[[str], None]) -> float:
-    """SceneDet's person path through the engine alone: best frames/s at full batches."""
+def engine_bound(options: ServeBenchOptions, log: Callable[[str], None]) -> tuple[float, float | None]:
+    """SceneDet's person path through the engine alone: best frames/s at full batches,
+    and the share of the machine's CPU stolen meanwhile (bench/machine.py)."""
     from engine.engine import Engine
     from engine.repository import ModelRepository
     from engine.requests import Request
@@ -196,7 +201,7 @@ def engine_bound(options: ServeBenchOptions, log: Callable[[str], None]) -> floa
                                                may_drop=False) for j in range(32)])
 
         wait(chunk(0))  # warm
-        done, k, t0 = 0, 32, time.monotonic()
+        done, k, t0, machine0 = 0, 32, time.monotonic(), cpu_times()
         in_flight = [chunk(k), chunk(k + 32)]
         k += 64
         while time.monotonic() - t0 < options.bound_s:
@@ -205,15 +210,17 @@ def engine_bound(options: ServeBenchOptions, log: Callable[[str], None]) -> floa
             in_flight.append(chunk(k))
             k += 32
         fps = done / (time.monotonic() - t0)
+        steal = steal_share(machine0, cpu_times())
     finally:
         engine.close(drain=False)
-    log(f"  engine alone: {fps:.1f} frames/s ({engine.lanes} lane(s) of {engine.lane_threads or 'all'} thread(s))")
-    return round(fps, 2)
+    log(f"  engine alone: {fps:.1f} frames/s ({engine.lanes} lane(s) of {engine.lane_threads or 'all'} thread(s)), "
+        f"steal {steal}")
+    return round(fps, 2), steal
 
 
 def run_serve_bench(options: ServeBenchOptions, log: Callable[[str], None] = print) -> dict:
     log("engine-only bound")
-    bound = engine_bound(options, log)
+    bound, bound_steal = engine_bound(options, log)
     log(f"served path, N = {', '.join(map(str, options.counts))}")
     points = [measure_point(n, options, log) for n in options.counts]
     best = max(p["goodput_fps"] for p in points)
@@ -228,7 +235,7 @@ def run_serve_bench(options: ServeBenchOptions, log: Callable[[str], None] = pri
                          "high_attainment_on_vs_off": round(on["high_attainment"] / off["high_attainment"], 3)
                          if on["high_attainment"] and off["high_attainment"] else None})
     return {"device": options.device, "slo_ms": SLO_MS, "window_s": options.window_s,
-            "engine_bound_fps": bound, "points": points,
+            "engine_bound_fps": bound, "engine_bound_steal": bound_steal, "points": points,
             "served_vs_bound": round(best / bound, 3) if bound else None,
             "overload_retention": round(points[-1]["goodput_fps"] / best, 3) if best else None,
             "captions": captions}
@@ -236,13 +243,15 @@ def run_serve_bench(options: ServeBenchOptions, log: Callable[[str], None] = pri
 
 def format_serve_report(result: dict) -> str:
     allocators = sorted({p.get("allocator", "unknown") for p in result["points"]})
-    lines = [f"engine alone: {result['engine_bound_fps']} frames/s; served/bound {result['served_vs_bound']}, "
+    lines = [f"engine alone: {result['engine_bound_fps']} frames/s (steal {result.get('engine_bound_steal')}); "
+             f"served/bound {result['served_vs_bound']}, "
              f"overload retention {result['overload_retention']}; server allocator: {', '.join(allocators)}",
-             "| N | goodput fps | high att. | low att. | p99 all (high) | RSS MB (growth) | CPU % |",
-             "|---|---|---|---|---|---|---|"]
+             "| N | goodput fps | high att. | low att. | p99 all (high) | RSS MB (growth) | CPU % | steal |",
+             "|---|---|---|---|---|---|---|---|"]
     for p in result["points"]:
         lines.append(f"| {p['n']} | {p['goodput_fps']} | {p['high_attainment']} | {p['low_attainment']} | "
-                     f"{p['p99_all_ms']} | {p['rss_mb']} ({p['rss_growth']}) | {p['cpu_pct']} |")
+                     f"{p['p99_all_ms']} | {p['rss_mb']} ({p['rss_growth']}) | {p['cpu_pct']} | "
+                     f"{p.get('cpu_steal')} |")
     if result.get("captions"):
         lines += ["", "| N | captions/min | LLM steps (share, slack) | goodput on/off | high att. on/off |",
                   "|---|---|---|---|---|"]
