@@ -59,7 +59,6 @@ class MqttSink(OutboxSink):
         self._zone_classes: dict[tuple, set[str]] = {}  # (camera, app, zone) -> classes seen in it
         self._crossings: dict[tuple, int] = {}  # (camera, app, run, line, class, way) -> count so far
         self._inside: dict[tuple, dict[int, str]] = {}  # (camera, app, run, zone) -> track -> class
-        self._tally: tuple[dict, tuple, Any] | None = None  # kept once this event's messages are acknowledged
         self._client: Any = None
 
     def _open(self) -> None:
@@ -90,11 +89,13 @@ class MqttSink(OutboxSink):
         after = self._after(event, before)
         kind = {"track_start": "new", "track_end": "end"}.get(event["type"], "update")
         messages = [(f"{self.prefix}/events", json.dumps({"type": kind, "before": before, "after": after}), False)]
-        self._tally = None
+        tally = None  # (tallies, key, value): kept once the event's messages are acknowledged
         if event["type"] == "line_cross":
-            messages += self._line_count(event)
+            tally, more = self._line_count(event)
+            messages += more
         elif event["type"] in ("zone_enter", "zone_exit"):
-            messages += self._occupancy(event)
+            tally, more = self._occupancy(event)
+            messages += more
         for topic, payload, retain in messages:
             info = self._client.publish(topic, payload, qos=1, retain=retain)
             try:
@@ -108,8 +109,8 @@ class MqttSink(OutboxSink):
         elif event["track_id"] >= 0:
             self._tracks[key] = after
         self._announced |= {t for t, _, _ in messages if t.startswith(f"{self.cfg.discovery_prefix}/")}
-        if self._tally is not None:
-            tallies, key, value = self._tally
+        if tally is not None:
+            tallies, key, value = tally
             if len(tallies) >= MAX_TALLIES:
                 tallies.clear()
             tallies[key] = value
@@ -127,30 +128,32 @@ class MqttSink(OutboxSink):
             current.remove(zone)
         return {**with_links(event), "current_zones": current, "entered_zones": entered}
 
-    def _line_count(self, event: dict) -> list[tuple[str, str, bool]]:
+    def _line_count(self, event: dict) -> tuple[tuple, list[tuple[str, str, bool]]]:
+        """The crossing's count (to keep once sent) and its messages."""
         camera, app, line, cls, way = event["stream"], event["app"], event["line"], event["class"], event["direction"]
-        key = (camera, app, event.get("run", 0), line, cls, way)
+        run = event.get("run", 0)
+        key = (camera, app, run, line, cls, way)
         known = self._crossings.get(key)
         n = known + 1 if known is not None else \
-            self.storage.count_crossings(camera, app, event.get("run", 0), line, cls, way, event["id"])
-        self._tally = (self._crossings, key, n)
+            self.storage.count_crossings(camera, app, run, line, cls, way, event["id"])
         topic = f"{self.prefix}/{camera}/{app}/{line}/{cls}/{way}"
-        return self._discovery(topic, f"{camera} {app} {line} {cls} {way}", "total_increasing", cls,
-                               camera, app, line, cls, way) + [(topic, str(n), True)]
+        messages = self._discovery(topic, f"{camera} {app} {line} {cls} {way}", "total_increasing", cls,
+                                   camera, app, line, cls, way) + [(topic, str(n), True)]
+        return (self._crossings, key, n), messages
 
-    def _occupancy(self, event: dict) -> list[tuple[str, str, bool]]:
-        camera, app, zone = event["stream"], event["app"], event["zone"]
-        key = (camera, app, event.get("run", 0), zone)
+    def _occupancy(self, event: dict) -> tuple[tuple, list[tuple[str, str, bool]]]:
+        """The zone's tracks after the event (to keep once sent) and its messages."""
+        camera, app, zone, run = event["stream"], event["app"], event["zone"], event.get("run", 0)
+        key = (camera, app, run, zone)
         known = self._inside.get(key)
         if known is None:
-            tracks = self.storage.zone_tracks(camera, app, event.get("run", 0), zone, event["id"])
+            tracks = self.storage.zone_tracks(camera, app, run, zone, event["id"])
         else:
             tracks = dict(known)
             if event["type"] == "zone_enter":
                 tracks[event["track_id"]] = event["class"]
             else:
                 tracks.pop(event["track_id"], None)
-        self._tally = (self._inside, key, tracks)
         inside = Tally(tracks.values())
         seen = self._zone_classes.setdefault((camera, app, zone), set())
         seen |= set(inside) | {event["class"]}
@@ -160,7 +163,7 @@ class MqttSink(OutboxSink):
             out += self._discovery(topic, f"{camera} {app} zone {zone} {cls}", "measurement", cls, camera, app,
                                    "zone", zone, cls)
             out.append((topic, str(inside.get(cls, 0)), True))
-        return out
+        return (self._inside, key, tracks), out
 
     def _discovery(self, topic: str, name: str, state_class: str, unit: str,
                    *parts: str) -> list[tuple[str, str, bool]]:
