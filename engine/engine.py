@@ -87,15 +87,18 @@ class Engine(ModelVerbs):
     def submit_many(self, requests: list[Request]) -> list[Future]:
         """Submit together so requests on the same input share fragments reliably."""
         futures = [Future() for _ in requests]
+        shed = getattr(self.policy, "shed", None)  # fair-share policies count a drop at the door
+        # one hold of the lock for the whole block: with many streams, each acquisition
+        # is a wait behind the others' (and their wait for the GIL)
         with self._cond:
             admitted = [self.admission.admit(req, fut, self._closing) for req, fut in zip(requests, futures)]
             doomed = [a for a in admitted if a is not None and self.admission.hopeless(a)]
-        for a in doomed:  # dropped at the door: no host work spent on them
-            self._fail(a, "deadline", "the queue ahead cannot clear in time")
-            shed = getattr(self.policy, "shed", None)  # fair-share policies count it against the app
-            if shed is not None:
-                with self._cond:
+            for a in doomed:
+                self._finished(a)
+                if shed is not None:
                     shed(a.request.app)
+        for a in doomed:  # dropped at the door: no host work spent on them
+            self._report_drop(a, "deadline", "the queue ahead cannot clear in time")
         admitted = [None if a in doomed else a for a in admitted]
         inputs = self.paths.root_inputs(admitted, self._fail)  # host work, outside the lock
         with self._cond:
@@ -122,13 +125,11 @@ class Engine(ModelVerbs):
                 log.exception("scheduler failed; failing the queued requests")
                 with self._cond:
                     dropped = self.queues.take_all("error")
-                for entry, reason in dropped:
-                    self._drop_entry(entry, reason, "scheduler failure")
+                self._drop_entries(dropped, "scheduler failure")
                 continue
             if plan is None:
                 return
-            for entry, reason in dropped:
-                self._drop_entry(entry, reason)
+            self._drop_entries(dropped)
             if batch:
                 self._execute(plan.session, batch)
 
@@ -173,8 +174,7 @@ class Engine(ModelVerbs):
             outputs = frag.split(out, len(batch))
         except Exception as exc:  # a failed batch fails its members, and only them
             log.exception("fragment %s failed on a batch of %d", info.label if info else session[:12], len(batch))
-            for entry in batch:
-                self._drop_entry(entry, "error", f"{type(exc).__name__}: {exc}")
+            self._drop_entries([(entry, "error") for entry in batch], f"{type(exc).__name__}: {exc}")
             return
         elapsed_ms = (time.perf_counter() - started) * 1000.0
         self.metrics.batch(info.label.split("/")[0] if info else "?", frag.name, len(batch))
@@ -210,16 +210,39 @@ class Engine(ModelVerbs):
         a.future.set_result(Result(req.app, req.model, a.servable.version, outputs, latency,
                                    latency <= req.slo_ms, a.selected))
 
-    def _drop_entry(self, entry: QueueEntry, reason: str, detail: str = "") -> None:
-        for a, _ in entry.subscribers:
-            self._fail(a, reason, detail)
+    def _drop_entries(self, dropped: list[tuple[QueueEntry, str]], detail: str = "") -> None:
+        """Fail every request on these entries, under one hold of the lock (a plan under
+        overload drops many)."""
+        if not dropped:
+            return
+        failed: dict[int, tuple[Admitted, str]] = {}  # a request on two dropped entries fails once
+        with self._cond:
+            for entry, reason in dropped:
+                for a, _ in entry.subscribers:
+                    if id(a) not in failed and self._may_fail(a, reason):
+                        self._finished(a)
+                        failed[id(a)] = (a, reason)
+        for a, reason in failed.values():
+            self._report_drop(a, reason, detail)
 
     def _fail(self, a: Admitted, reason: str, detail: str = "") -> None:
         with self._cond:
-            if a.future.done() or (a.finished and reason != "error"):
+            if not self._may_fail(a, reason):
                 return
-            a.finished = True
-            self.manager.release(a.servable)
+            self._finished(a)
+        self._report_drop(a, reason, detail)
+
+    @staticmethod
+    def _may_fail(a: Admitted, reason: str) -> bool:
+        """Not failed yet, nor finished (an error fails even a finished one)."""
+        return not a.future.done() and (not a.finished or reason == "error")
+
+    def _finished(self, a: Admitted) -> None:
+        """Under the lock: `a` is done with its servable."""
+        a.finished = True
+        self.manager.release(a.servable)
+
+    def _report_drop(self, a: Admitted, reason: str, detail: str) -> None:
         req = a.request
         self.metrics.dropped(req.app, req.model, str(a.servable.version), reason)
         a.future.set_exception(Dropped(reason, detail, a.selected))
@@ -239,8 +262,7 @@ class Engine(ModelVerbs):
             self._closing = self.arbiter.closing = True
             dropped = [] if drain else self.queues.take_all("shutdown")
             self._cond.notify_all()
-        for entry, reason in dropped:
-            self._drop_entry(entry, reason)
+        self._drop_entries(dropped)
         for thread in self._threads:
             thread.join(timeout_s)
         self._post.shutdown(wait=True)

@@ -35,12 +35,9 @@ class Paths:
         An image the model cannot take fails its own request ("invalid", and its slot
         becomes None), never the others; one already queued is not preprocessed again."""
         inputs: dict[int, Any] = {}
-        for i, a in enumerate(admitted):
-            if a is None:
-                continue
-            with self.lock:
-                if self.queued(a, a.root) is not None:
-                    continue
+        with self.lock:
+            todo = [(i, a) for i, a in enumerate(admitted) if a is not None and self.queued(a, a.root) is None]
+        for i, a in todo:
             t0 = time.perf_counter()
             try:
                 inputs[i] = a.servable.model.preprocess(a.request.image[None])[0]
