@@ -2,7 +2,8 @@
 
 A `FrameBlock` is built by `streams` and reaches the engine and the apps unchanged;
 selecting a subset of its frames (per-app frame-rate sampling) gives another block
-that shares the pixel memory when the selection is a slice.
+that shares the pixel memory when the frames kept are evenly spaced (a slice): blocks
+are read, never written, after they are cut.
 """
 
 from __future__ import annotations
@@ -51,8 +52,12 @@ class FrameBlock:
         mask = np.asarray(keep, dtype=bool)
         if mask.shape != (len(self),):
             raise ValueError(f"selection mask must have shape ({len(self)},); was {mask.shape}")
-        return FrameBlock(self.stream_id, self.block_id, self.frame_ids[mask], self.pts_ms[mask],
-                          self.capture_ms[mask], self.pixels[mask])
+        if mask.all():
+            return self
+        pick = _as_slice(np.flatnonzero(mask))
+        pick = mask if pick is None else pick  # a view when the frames kept are evenly spaced
+        return FrameBlock(self.stream_id, self.block_id, self.frame_ids[pick], self.pts_ms[pick],
+                          self.capture_ms[pick], self.pixels[pick])
 
     def frame(self, i: int) -> Frame:
         return Frame(self.stream_id, int(self.frame_ids[i]), float(self.pts_ms[i]),
@@ -67,3 +72,14 @@ class FrameBlock:
                    np.array([f.pts_ms for f in frames], np.float64),
                    np.array([f.capture_ms for f in frames], np.float64),
                    np.stack([f.image for f in frames]))
+
+
+def _as_slice(idx: np.ndarray) -> slice | None:
+    """`idx` (ascending) as a slice when its steps are all equal (None otherwise): every
+    frame, every k-th, one frame or none, as frame-rate sampling mostly keeps them."""
+    if len(idx) < 2:
+        return slice(int(idx[0]), int(idx[0]) + 1) if len(idx) else slice(0, 0)
+    steps = np.diff(idx)
+    if not (steps == steps[0]).all():
+        return None
+    return slice(int(idx[0]), int(idx[-1]) + 1, int(steps[0]))

@@ -93,6 +93,22 @@ def test_block_select_and_validation():
         FrameBlock("s", 0, np.arange(2), np.zeros(2), np.zeros(2), np.zeros((2, 4, 4, 3), np.float32))
 
 
+@pytest.mark.parametrize("keep, shares", [
+    ([True] * 6, True), ([True, False] * 3, True), ([False, True, False, False, True, False], True),
+    ([False, False, False, False, True, False], True), ([False] * 6, True),
+    ([True, True, False, True, False, False], False)])
+def test_a_selection_shares_pixels_when_its_frames_are_evenly_spaced(keep, shares):
+    """Frame-rate sampling keeps every k-th frame: those selections are views, not copies
+    of every pixel (any other mask still selects exactly its frames)."""
+    block = make_block(num_frames=6)
+    block.pixels[:] = np.arange(6, dtype=np.uint8)[:, None, None, None]
+    sub = block.select(keep)
+    want = [i for i, k in enumerate(keep) if k]
+    assert sub.frame_ids.tolist() == want
+    assert sub.pixels[:, 0, 0, 0].tolist() == want and sub.capture_ms.tolist() == block.capture_ms[want].tolist()
+    assert np.shares_memory(sub.pixels, block.pixels) == (shares and bool(want))
+
+
 def test_frames_before_a_failure_come_out_as_a_last_block():
     def failing():
         for i in range(5):
