@@ -146,6 +146,11 @@ class ManagedStream:
                 self.stats.frames_skipped += 1
         return wanted
 
+    @property
+    def native_id(self) -> int | None:
+        """The OS id of the thread that reads and decodes (None before it starts)."""
+        return self._thread.native_id
+
     def start(self) -> "ManagedStream":
         self._thread.start()
         return self

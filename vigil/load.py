@@ -67,6 +67,7 @@ class LoadGovernor:
                  clock: Callable[[], float] = time.monotonic) -> None:
         self._lock = threading.Lock()
         self._apps: dict[str, AppLoad] = {}
+        self._others: dict[str, int] = {}  # app -> priority, of apps that do not report
         self.on_change = on_change  # (app, its state) when overloaded starts or ends
         self.clock = clock
 
@@ -126,6 +127,17 @@ class LoadGovernor:
             s = self._apps.get(app)
             return s.to_dict() if s else {"overloaded": False, "shed_share": 0.0, "rate_fps": None, "full_fps": None}
 
+    def note(self, app: str, priority: int) -> None:
+        """An app that sheds nothing (a host detector's) is still a priority in use."""
+        with self._lock:
+            self._others[app] = priority
+
+    def top_priority(self) -> int | None:
+        """The highest priority of any app reporting or noted (None: none yet)."""
+        with self._lock:
+            return max([s.priority for s in self._apps.values()] + list(self._others.values()), default=None)
+
     def forget(self, app: str) -> None:
         with self._lock:
             self._apps.pop(app, None)
+            self._others.pop(app, None)

@@ -33,6 +33,7 @@ from engine.engine import Engine
 from streams import FrameBlock
 from streams.blocks import BlockCutter, FrameSampler
 from streams.live import ManagedStream
+from vigil.cpu_priority import ThreadLevel
 from vigil.load import LoadGovernor
 from vigil.pipeline import AppRunner, BlockPipeline, InFlight, RunError, build_runners, observe_block, submit_block
 from vigil.storage import StorageFull
@@ -78,6 +79,7 @@ class StreamWorker:
         self.snapshots: dict[str, bytes] = {}  # app -> latest annotated frame, JPEG
         self._snapshot_ms: dict[str, float] = {}
         self._runners: dict[str, AppRunner] = {}
+        self._cpu = ThreadLevel(stream.name)
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"worker-{stream.name}", daemon=True)
 
@@ -168,6 +170,7 @@ class StreamWorker:
             self._watch_quiet(r, span_s)
             self._govern(r, len(flight.sampled[r.app.name]), span_s)
         self.stream.set_demand(self._demand(runners))
+        self._cpu_level(runners)
         self._snapshot(flight.block, runners, per_frame)
         if self.on_block is not None:
             in_view = {}
@@ -228,8 +231,9 @@ class StreamWorker:
         """Report the block's shed frames; an app with min_fps samples at the rate the
         governor gives back, and the frames it no longer samples are counted as shed."""
         spec = runner.app.spec
-        if runner.host is not None:
-            return  # host detectors run beside the engine: nothing of theirs is shed
+        if runner.host is not None:  # host detectors run beside the engine: nothing of theirs is shed
+            self.governor.note(spec.name, spec.priority)
+            return
         full = spec.fps or self.stream.stats.fps or 15.0
         rate = self.governor.report(spec.name, spec.priority, full, spec.min_fps, sampled, runner.block_shed)
         if spec.min_fps is not None:
@@ -238,6 +242,14 @@ class StreamWorker:
             whole = int(runner.rate_shed)
             runner.rate_shed -= whole
             self.engine.metrics.shed(spec.name, "rate", whole)
+
+    def _cpu_level(self, runners: list[AppRunner]) -> None:
+        """Below the top priority in use, the stream's threads take the CPU the rest
+        leave (vigil/cpu_priority.py)."""
+        top = self.governor.top_priority()
+        mine = max((r.app.spec.priority for r in runners), default=top)
+        self._cpu.background(top is not None and mine is not None and mine < top,
+                             [self._thread.native_id, self.stream.native_id])
 
     @staticmethod
     def _demand(runners: list[AppRunner]) -> float | None:

@@ -1,0 +1,67 @@
+"""CPU priority of a stream's own threads (its decoder and its worker) in `vigil serve`.
+
+The engine's lanes serve every app's deadlines, and the device scheduler already puts
+a higher-priority app's frames first; but on a CPU the lanes share the cores with
+every stream's decoder and worker, and the kernel shares the cores per thread. With
+twelve cameras on a machine at half speed (a CPU quota of one core of two), two lanes
+among twenty-four stream threads got a twelfth of the CPU: every frame missed its
+deadline, the priority camera's too, since its frames waited behind batches that ran
+4-6x slower than profiled. So a stream none of whose apps has the highest priority
+in use runs its threads at `BACKGROUND_NICE`: its decode-side work uses the CPU the
+engine and the higher-priority streams leave, and what it then cannot deliver in
+time is shed at admission as before (deadline). Streams at the top priority, the
+engine and the HTTP server stay at the process's own level.
+
+Raising a thread's nice value needs no privilege; lowering it back (a stream whose
+app is raised to the top priority) needs CAP_SYS_NICE or RLIMIT_NICE, as root in a
+container has. Without it the stream stays in the background, and says so once.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+log = logging.getLogger("vigil.cpu")
+
+BACKGROUND_NICE = 10  # a tenth of a nice-0 thread's CPU weight (CFS: 1024 -> 110)
+
+
+def nice_of(native_id: int) -> int | None:
+    try:
+        return os.getpriority(os.PRIO_PROCESS, native_id)
+    except (OSError, AttributeError):  # the thread is gone, or not a POSIX system
+        return None
+
+
+class ThreadLevel:
+    """The nice value of a set of threads, relative to the process's own when made:
+    `background(True)` moves them `BACKGROUND_NICE` below it, `background(False)`
+    back. Threads are given by native id (`threading.Thread.native_id`)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.base = nice_of(0) if hasattr(os, "getpriority") else None
+        self.is_background = False
+        self._refused = False
+
+    def background(self, on: bool, native_ids: list[int | None]) -> None:
+        if on == self.is_background or self.base is None or self._refused:
+            return
+        target = min(19, self.base + BACKGROUND_NICE) if on else self.base
+        for tid in native_ids:
+            if tid is None:
+                continue
+            try:
+                os.setpriority(os.PRIO_PROCESS, tid, target)
+            except ProcessLookupError:  # that thread has ended (a file stream between passes)
+                continue
+            except PermissionError:
+                self._refused = True
+                log.warning("stream %s: cannot raise its threads' CPU priority back to the process's "
+                            "(nice %d needs CAP_SYS_NICE); they stay at nice %d until the stream restarts",
+                            self.name, self.base, self.base + BACKGROUND_NICE)
+                return
+        self.is_background = on
+        log.info("stream %s: threads at nice %d (%s)", self.name, target,
+                 "below the top priority in use" if on else "at the top priority in use")
