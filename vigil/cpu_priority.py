@@ -42,14 +42,15 @@ class ThreadLevel:
 
     def __init__(self, name: str) -> None:
         self.name = name
-        self.base = nice_of(0) if hasattr(os, "getpriority") else None
+        self.base = nice_of(0)
         self.is_background = False
         self._refused = False
 
     def background(self, on: bool, native_ids: list[int | None]) -> None:
         if on == self.is_background or self.base is None or self._refused:
             return
-        target = min(19, self.base + BACKGROUND_NICE) if on else self.base
+        low = min(19, self.base + BACKGROUND_NICE)
+        target = low if on else self.base
         for tid in native_ids:
             if tid is None:
                 continue
@@ -61,7 +62,7 @@ class ThreadLevel:
                 self._refused = True
                 log.warning("stream %s: cannot raise its threads' CPU priority back to the process's "
                             "(nice %d needs CAP_SYS_NICE); they stay at nice %d until the stream restarts",
-                            self.name, self.base, self.base + BACKGROUND_NICE)
+                            self.name, self.base, low)
                 return
         self.is_background = on
         log.info("stream %s: threads at nice %d (%s)", self.name, target,

@@ -247,7 +247,7 @@ class StreamWorker:
         """Below the top priority in use, the stream's threads take the CPU the rest
         leave (vigil/cpu_priority.py)."""
         top = self.governor.top_priority()
-        mine = max((r.app.spec.priority for r in runners), default=top)
+        mine = max((r.app.spec.priority for r in runners), default=None)
         self._cpu.background(top is not None and mine is not None and mine < top,
                              [self._thread.native_id, self.stream.native_id])
 
