@@ -150,6 +150,24 @@ def test_profile_interpolates_and_extrapolates():
     assert p.largest_batch_within(10) == 0
 
 
+def test_profile_latencies_are_those_of_its_measured_points():
+    # an uneven measured profile, as the profiler writes them: every batch size's latency
+    # is the linear interpolation of the points, with its spread, and a line past them
+    import numpy as np
+
+    from engine.profiles import Profile
+
+    sizes, means, stds = (1, 2, 4, 8, 16), (12.0, 36.9, 78.7, 233.0, 530.8), (0.2, 2.8, 1.1, 9.7, 72.4)
+    p = Profile("h", "cpu", sizes, means, stds)
+    for b in range(1, 17):
+        assert p.latency_ms(b, 2.0) == pytest.approx(np.interp(b, sizes, means) + 2.0 * np.interp(b, sizes, stds))
+    alpha, beta = np.polyfit(sizes, means, 1)
+    assert p.latency_ms(20, 1.0) == pytest.approx(alpha * 20 + beta + 72.4)
+    assert p.scaled(2.0).latency_ms(3) == pytest.approx(2.0 * p.latency_ms(3))
+    with pytest.raises(ValueError, match="batch must be >= 1"):
+        p.latency_ms(0)
+
+
 def test_within_a_session_higher_priority_items_go_first():
     queue = [make_item(i, 100, priority=0) for i in range(6)] + [make_item(10 + i, 300, priority=5) for i in range(3)]
     plan = NexusPolicy(sigmas=0).plan({"s": queue}, {"s": PROFILE}, now_ms=0)
