@@ -3,6 +3,8 @@ zones with occupancy. Takes and returns RGB frames; one colour per app."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import cv2
 import numpy as np
 
@@ -19,22 +21,47 @@ def _label(img: np.ndarray, text: str, org: tuple[int, int], color: tuple[int, i
     cv2.putText(img, text, (x + 1, y - 1), cv2.FONT_HERSHEY_SIMPLEX, scale, color, 1, cv2.LINE_AA)
 
 
-def draw_app(img: np.ndarray, app: App, tracked: Detections, color_index: int) -> None:
+@dataclass(frozen=True)
+class Overlay:
+    """What `draw_overlay` draws for one app, copied out of the app when the frame was
+    seen: it can be drawn later, on another thread, while the app goes on counting."""
+
+    zones: tuple[tuple[np.ndarray, str], ...]  # (polygon as int32 points, label)
+    lines: tuple[tuple[tuple[int, int], tuple[int, int], str], ...]  # (a, b, label)
+    boxes: tuple[tuple[int, int, int, int, str], ...]  # (x0, y0, x1, y1, label)
+    frame_class: str | None  # a classifier's best class, with its score
+
+
+def overlay(app: App, tracked: Detections) -> Overlay:
+    zones = tuple((zone.polygon.astype(np.int32), f"{zone.name}: {sum(zone.occupancy().values())}")
+                  for zone in app.zones)
+    lines = tuple((tuple(line.a.astype(int).tolist()), tuple(line.b.astype(int).tolist()),
+                   f"{app.name}/{line.name} in {line.total.num_in} out {line.total.num_out}") for line in app.lines)
+    boxes = tuple((x0, y0, x1, y1, f"#{tid} {app.labels[cid]}") for (x0, y0, x1, y1), tid, cid
+                  in zip(tracked.xyxy.astype(int).tolist(), tracked.tracker_id.tolist(), tracked.class_id.tolist()))
+    frame_class = None
+    if app.frame_class is not None:
+        score = app.last_classes[0][1] if app.last_classes else 0.0
+        frame_class = f"{app.name}: {app.frame_class} {score:.2f}"
+    return Overlay(zones, lines, boxes, frame_class)
+
+
+def draw_overlay(img: np.ndarray, drawn: Overlay, color_index: int) -> None:
     """Draw one app's overlay onto `img` (in place)."""
     color = PALETTE[color_index % len(PALETTE)]
-    for zone in app.zones:
-        pts = zone.polygon.astype(np.int32)
+    for pts, text in drawn.zones:
         cv2.polylines(img, [pts], True, color, 1, cv2.LINE_AA)
-        occupancy = sum(zone.occupancy().values())
-        _label(img, f"{zone.name}: {occupancy}", tuple(pts[0] + (3, 12)), color, 0.35)
-    for k, line in enumerate(app.lines):
-        a, b = line.a.astype(int), line.b.astype(int)
-        cv2.line(img, tuple(a), tuple(b), color, 2, cv2.LINE_AA)
-        text = f"{app.name}/{line.name} in {line.total.num_in} out {line.total.num_out}"
-        _label(img, text, (int(b[0]) + 4, int(b[1]) + 14 + 14 * (color_index * 2 + k)), color)
-    for (x0, y0, x1, y1), tid, cid in zip(tracked.xyxy.astype(int), tracked.tracker_id, tracked.class_id):
+        _label(img, text, tuple(pts[0] + (3, 12)), color, 0.35)
+    for k, (a, b, text) in enumerate(drawn.lines):
+        cv2.line(img, a, b, color, 2, cv2.LINE_AA)
+        _label(img, text, (b[0] + 4, b[1] + 14 + 14 * (color_index * 2 + k)), color)
+    for x0, y0, x1, y1, text in drawn.boxes:
         cv2.rectangle(img, (x0, y0), (x1, y1), color, 1)
-        _label(img, f"#{tid} {app.labels[cid]}", (x0, y0 - 1), color, 0.35)
-    if app.frame_class is not None:  # a classifier's best class, top left, one row per app
-        score = app.last_classes[0][1] if app.last_classes else 0.0
-        _label(img, f"{app.name}: {app.frame_class} {score:.2f}", (4, 14 + 14 * color_index), color)
+        _label(img, text, (x0, y0 - 1), color, 0.35)
+    if drawn.frame_class is not None:  # top left, one row per app
+        _label(img, drawn.frame_class, (4, 14 + 14 * color_index), color)
+
+
+def draw_app(img: np.ndarray, app: App, tracked: Detections, color_index: int) -> None:
+    """Draw one app's overlay onto `img` (in place)."""
+    draw_overlay(img, overlay(app, tracked), color_index)

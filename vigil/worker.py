@@ -22,10 +22,9 @@ import threading
 from dataclasses import dataclass
 from typing import Callable
 
-import cv2
 import numpy as np
 
-from apps.annotate import draw_app
+from apps.annotate import overlay
 from apps.app import FrameResult
 from apps.events import Event
 from apps.spec import AppSpec
@@ -34,6 +33,7 @@ from streams import FrameBlock
 from streams.blocks import BlockCutter, FrameSampler
 from streams.live import ManagedStream
 from vigil.cpu_priority import ThreadLevel
+from vigil.live_frames import LiveFrames
 from vigil.load import LoadGovernor
 from vigil.pipeline import AppRunner, BlockPipeline, InFlight, RunError, build_runners, observe_block, submit_block
 from vigil.storage import StorageFull
@@ -76,7 +76,7 @@ class StreamWorker:
         # stream time: most often a model whose output does not fit its labels or kind
         self.quiet_after_ms = quiet_after_s * 1000.0
         self.app_warnings: dict[str, str] = {}
-        self.snapshots: dict[str, bytes] = {}  # app -> latest annotated frame, JPEG
+        self.live = LiveFrames()  # each app's latest analysed frame, for frame.jpg
         self._snapshot_ms: dict[str, float] = {}
         self._runners: dict[str, AppRunner] = {}
         self._cpu = ThreadLevel(stream.name)
@@ -108,7 +108,7 @@ class StreamWorker:
         with self._lock:
             self._wanted.pop(name, None)
             self.app_status.pop(name, None)
-            self.snapshots.pop(name, None)
+            self.live.forget(name)
             self.app_warnings.pop(name, None)
             self._changed = True
 
@@ -320,14 +320,11 @@ class StreamWorker:
                 continue
             frame_id = max(results)
             i = int(np.flatnonzero(block.frame_ids == frame_id)[0])
-            img = block.pixels[i].copy()
-            draw_app(img, runner.app, results[frame_id].tracked, k)
-            ok, jpeg = cv2.imencode(".jpg", cv2.cvtColor(img, cv2.COLOR_RGB2BGR), [cv2.IMWRITE_JPEG_QUALITY, 80])
-            if ok:
-                with self._lock:
-                    if name in self.app_status:
-                        self.snapshots[name] = jpeg.tobytes()
-                self._snapshot_ms[name] = now
+            drawn = overlay(runner.app, results[frame_id].tracked)
+            with self._lock:
+                if name in self.app_status:  # not removed meanwhile
+                    self.live.keep(name, block.pixels[i], drawn, k)
+            self._snapshot_ms[name] = now
 
     def app_counts(self, name: str) -> dict | None:
         runner = self._runners.get(name)

@@ -130,7 +130,7 @@ class AppService:
         with self.lock:
             spec = self._spec(name)
             worker = self.streams.workers.get(spec.source or "")
-        jpeg = worker.snapshots.get(name) if worker else None
+        jpeg = worker.live.jpeg(name) if worker else None
         if jpeg is None:
             raise NotFound(f"app {name!r} has no frame yet")
         return jpeg
