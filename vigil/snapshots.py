@@ -8,8 +8,10 @@ its block's frames carries `snapshot: "<UTC day>/<key>"`; the files are
 (its track_start and a zone_enter, say) share one snapshot.
 
 Retention: files older than `retain_days` go, then the oldest while the folder holds
-more than `max_mb`; checked at start and every `PRUNE_EVERY` snapshots. A snapshot that
-cannot be written (disk full) is logged once and the event is stored without one.
+more than `max_mb`. It is applied at start, when a write takes the folder past
+`max_mb` (down to `LOW_WATER` of it, so that a full folder is not scanned at every
+write), and at a write `PRUNE_EVERY_S` after the last time. A snapshot that cannot be
+written (disk full) is logged once and the event is stored without one.
 """
 
 from __future__ import annotations
@@ -34,7 +36,8 @@ log = logging.getLogger("vigil.snapshots")
 CROP_MARGIN = 0.15  # of the box's width and height, on each side of the crop
 JPEG_QUALITY = 85
 BOX_RGB = (255, 48, 48)
-PRUNE_EVERY = 200
+PRUNE_EVERY_S = 3600.0  # age retention is applied at least this often while snapshots come
+LOW_WATER = 0.9  # of max_mb, what a prune for size leaves
 KEY = re.compile(r"^\d{4}-\d{2}-\d{2}/[0-9a-f]{32}$")
 
 
@@ -65,6 +68,8 @@ class SnapshotWriter:
         self.wall_s = wall_s
         self.written = 0
         self._failed = False
+        self._bytes = 0  # in the folder, as of the last prune and the writes since
+        self._pruned_at = wall_s()
         folder.mkdir(parents=True, exist_ok=True)
         self.prune()
 
@@ -111,6 +116,7 @@ class SnapshotWriter:
                 tmp = self.folder / f"{name}.tmp"
                 tmp.write_bytes(data.tobytes())
                 os.replace(tmp, self.folder / name)
+                self._bytes += data.size
         except OSError as exc:
             if not self._failed:
                 log.error("snapshots: cannot write under %s (%s); events are stored without them", self.folder, exc)
@@ -118,13 +124,14 @@ class SnapshotWriter:
             return None
         self._failed = False
         self.written += 1
-        if self.written % PRUNE_EVERY == 0:
+        if self._bytes > self.max_bytes or self.wall_s() - self._pruned_at >= PRUNE_EVERY_S:
             self.prune()
         return key
 
     def prune(self) -> int:
         """Remove what retention says; returns the files removed."""
-        cutoff = self.wall_s() - self.retain_days * 86400.0
+        self._pruned_at = self.wall_s()
+        cutoff = self._pruned_at - self.retain_days * 86400.0
         files = []
         for day in self.folder.iterdir():
             if not day.is_dir():
@@ -137,13 +144,15 @@ class SnapshotWriter:
                 files.append((st.st_mtime, st.st_size, f))
         files.sort()
         total = sum(size for _, size, _ in files)
+        keep_bytes = self.max_bytes * LOW_WATER if total > self.max_bytes else self.max_bytes
         removed = 0
         for mtime, size, f in files:
-            if mtime >= cutoff and total <= self.max_bytes:
+            if mtime >= cutoff and total <= keep_bytes:
                 break
             f.unlink(missing_ok=True)
             total -= size
             removed += 1
+        self._bytes = total
         for day in self.folder.iterdir():
             if day.is_dir() and not any(day.iterdir()):
                 day.rmdir()

@@ -12,7 +12,7 @@ import numpy as np
 
 from apps.events import Event
 from streams.frames import FrameBlock
-from vigil.snapshots import SnapshotWriter, crop_bounds, with_links
+from vigil.snapshots import LOW_WATER, PRUNE_EVERY_S, SnapshotWriter, crop_bounds, with_links
 
 BOX = [200.0, 100.0, 260.0, 220.0]
 OBJECT_RGB = (20, 200, 40)
@@ -72,10 +72,37 @@ def test_retention_by_age_then_by_size(tmp_path):
     for f in (old, writer.path(keys[0], crop=True)):
         os.utime(f, (now[0] - 2 * 86400, now[0] - 2 * 86400))
     assert writer.prune() == 2 and not old.exists() and writer.path(keys[1]).exists()
-    writer.max_bytes = writer.path(keys[2]).stat().st_size + writer.path(keys[2], crop=True).stat().st_size
+    pair = writer.path(keys[2]).stat().st_size + writer.path(keys[2], crop=True).stat().st_size
+    writer.max_bytes = pair / LOW_WATER + 1  # one pair fits under the low-water mark, two do not
     os.utime(writer.path(keys[1]), (now[0] - 60, now[0] - 60))  # the oldest goes first
     writer.prune()
     assert not writer.path(keys[1]).exists() and writer.path(keys[2]).exists()
+
+
+def test_retention_is_applied_while_snapshots_come_not_only_at_start(tmp_path):
+    now = [time.time()]
+    writer = SnapshotWriter(tmp_path / "snapshots", retain_days=1.0, wall_s=lambda: now[0])
+    first = writer.attach([event(box=BOX)], block())[0].data["snapshot"]
+    for f in (writer.path(first), writer.path(first, crop=True)):
+        os.utime(f, (now[0] - 2 * 86400, now[0] - 2 * 86400))
+    writer.attach([event(track=4, box=BOX)], block())
+    assert writer.path(first).exists()  # within the hour since the last prune
+    now[0] += PRUNE_EVERY_S
+    writer.attach([event(track=5, box=BOX)], block())
+    assert not writer.path(first).exists() and not writer.path(first, crop=True).exists()
+
+
+def test_a_write_past_max_mb_prunes_down_to_the_low_water_mark(tmp_path):
+    writer = SnapshotWriter(tmp_path / "snapshots")
+    key = writer.attach([event(box=BOX)], block())[0].data["snapshot"]
+    pair = writer.path(key).stat().st_size + writer.path(key, crop=True).stat().st_size
+    writer.max_bytes = 3.5 * pair
+    folder_bytes = []
+    for t in range(10):
+        writer.attach([event(track=10 + t, box=BOX)], block())
+        folder_bytes.append(sum(f.stat().st_size for f in (tmp_path / "snapshots").rglob("*.jpg")))
+    assert max(folder_bytes) <= writer.max_bytes
+    assert not writer.path(key).exists()  # the oldest went first
 
 
 def test_a_snapshot_that_cannot_be_written_leaves_the_event_without_one(tmp_path, caplog):
