@@ -463,9 +463,10 @@ def _torch_model(spec: ModelSpec, folder: Path, version: int, device: str) -> Lo
         extra = {"adapter": spec.adapter, **(_root_extra(spec) if parent is None else {})}
         digest = torch_hash(module, extra)
         module = module.to(device)
-        run = _inference(module, f"{spec.name}/{name}")
         if parent is None and spec.input.kind == "image":
-            run = image_input(spec, device, run)
+            run = _image_root(spec, device, module, f"{spec.name}/{name}")
+        else:
+            run = _inference(module, f"{spec.name}/{name}")
         fragments[name] = Fragment(name, digest, parent, run, _torch_collate, _torch_split, module)
     return LoadedModel(spec, version, folder, device, fragments, random, image_preprocess(spec, device))
 
@@ -482,6 +483,19 @@ def _inference(module, name: str = ""):
 
         return run
     return TracedModule(module, name)
+
+
+def _image_root(spec: ModelSpec, device: str, module, name: str):
+    """A root fragment on images: the uint8 batch's conversion traced with the module
+    (engine/torch_input.py), or before it for a module scripted already."""
+    import torch
+
+    if isinstance(module, torch.jit.ScriptModule):
+        return image_input(spec, device, _inference(module, name))
+    from engine.torch_input import ImageInput
+
+    inp = spec.input
+    return _inference(ImageInput(module, inp.mean, inp.std, device), name)
 
 
 def _single(spec: ModelSpec, folder: Path, version: int, device: str, module, digest: str,
