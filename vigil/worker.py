@@ -40,7 +40,7 @@ from vigil.storage import StorageFull
 
 log = logging.getLogger("vigil.worker")
 
-SNAPSHOT_EVERY_MS = 1000.0
+LIVE_FRAME_EVERY_MS = 1000.0
 # A stream's blocks in the engine before its worker waits for the oldest one's results:
 # more than a 1 s SLO's worth of 300 ms blocks. Fewer held the next block's frames back
 # in the stream's buffer, late before the engine saw them, whenever the device was busy.
@@ -77,7 +77,7 @@ class StreamWorker:
         self.quiet_after_ms = quiet_after_s * 1000.0
         self.app_warnings: dict[str, str] = {}
         self.live = LiveFrames()  # each app's latest analysed frame, for frame.jpg
-        self._snapshot_ms: dict[str, float] = {}
+        self._live_kept_ms: dict[str, float] = {}
         self._runners: dict[str, AppRunner] = {}
         self._cpu = ThreadLevel(stream.name)
         self._stopping = threading.Event()
@@ -171,7 +171,7 @@ class StreamWorker:
             self._govern(r, len(flight.sampled[r.app.name]), span_s)
         self.stream.set_demand(self._demand(runners))
         self._cpu_level(runners)
-        self._snapshot(flight.block, runners, per_frame)
+        self._keep_live_frames(flight.block, runners, per_frame)
         if self.on_block is not None:
             in_view = {}
             for r in runners:
@@ -308,12 +308,12 @@ class StreamWorker:
             if name in self.app_status:
                 self.app_status[name] = AppStatus(status, error)
 
-    def _snapshot(self, block: FrameBlock, runners: list[AppRunner],
-                  per_frame: dict[str, dict[int, FrameResult]]) -> None:
+    def _keep_live_frames(self, block: FrameBlock, runners: list[AppRunner],
+                          per_frame: dict[str, dict[int, FrameResult]]) -> None:
         now = self.clock()
         for k, runner in enumerate(runners):
             name = runner.app.name
-            if now - self._snapshot_ms.get(name, -SNAPSHOT_EVERY_MS) < SNAPSHOT_EVERY_MS:
+            if now - self._live_kept_ms.get(name, -LIVE_FRAME_EVERY_MS) < LIVE_FRAME_EVERY_MS:
                 continue
             results = per_frame.get(name)
             if not results:
@@ -324,7 +324,7 @@ class StreamWorker:
             with self._lock:
                 if name in self.app_status:  # not removed meanwhile
                     self.live.keep(name, block.pixels[i], drawn, k)
-            self._snapshot_ms[name] = now
+            self._live_kept_ms[name] = now
 
     def app_counts(self, name: str) -> dict | None:
         runner = self._runners.get(name)
