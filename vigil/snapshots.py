@@ -66,7 +66,6 @@ class SnapshotWriter:
         self.retain_days = retain_days
         self.max_bytes = max_mb * 1024 * 1024
         self.wall_s = wall_s
-        self.written = 0
         self._failed = False
         self._bytes = 0  # in the folder, as of the last prune and the writes since
         self._pruned_at = wall_s()
@@ -123,7 +122,6 @@ class SnapshotWriter:
                 self._failed = True
             return None
         self._failed = False
-        self.written += 1
         if self._bytes > self.max_bytes or self.wall_s() - self._pruned_at >= PRUNE_EVERY_S:
             self.prune()
         return key
