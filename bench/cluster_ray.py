@@ -27,12 +27,12 @@ crosses Ray twice, so the planner is given each SLO less `OVERHEAD_MS`. Three ph
 
 Then the peer, unless `serve_peer` is off: the same workload on Ray Serve's autoscaled
 deployments on a fresh cluster (bench/cluster_serve_peer.py), and the devices Vigil
-used over the replicas Serve held.
+used over the replicas Serve held. Then, unless `engine_s` is 0, the real SceneDet on
+a backend that runs Vigil's engine (bench/cluster_engine.py).
 """
 
 from __future__ import annotations
 
-import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, replace
@@ -41,13 +41,11 @@ from typing import Callable
 import numpy as np
 
 from bench.cluster_sim import SimOptions, run_sim, trace
+from bench.traffic import TARGET, Traffic
 from engine.epochs import EpochPolicy
 from engine.placement import Workload, max_throughput_rps
 
 OVERHEAD_MS = 40.0  # of each SLO, kept for Ray's two crossings and the router's tick
-TICK_S = 0.02
-WINDOW_S = 1.0
-TARGET = 0.99
 
 
 @dataclass(frozen=True)
@@ -69,6 +67,8 @@ class ClusterBenchOptions:
     # (at 40 its attainment fell to 0.37), so its workload is stretched further; the
     # devices a workload needs do not change with the stretch
     serve_time_scale: float = 200.0
+    engine_s: float = 15.0  # then the real SceneDet on a backend running Vigil's engine, this long (0: skip)
+    engine_rate_rps: float = 20.0
 
     def __post_init__(self) -> None:
         if not (2 <= self.nodes <= 16 and 1 <= self.gpus_per_node <= 16):
@@ -80,92 +80,8 @@ class ClusterBenchOptions:
                 raise ValueError(f"{name} must be in [1, 600]")
         if not (1.0 <= self.time_scale <= 1000 and 1.0 <= self.serve_time_scale <= 1000):
             raise ValueError("time_scale and serve_time_scale must be in [1, 1000]")
-
-
-class Traffic:
-    """Poisson arrivals of every session through a router, in ticks, on a thread; every
-    request's send time and outcome kept for attainment by window."""
-
-    def __init__(self, router, workloads: list[Workload], slo_ms: dict[str, float], seed: int) -> None:
-        self.router = router
-        self.rates = {w.session: w.rate_rps for w in workloads}
-        self.slo_ms = slo_ms
-        self.rng = np.random.default_rng(seed)
-        self.t0 = time.monotonic()
-        self._lock = threading.Lock()
-        self.sent: list[tuple[float, str]] = []  # (send time, session) by request id
-        self.done: dict[int, tuple[float, str]] = {}  # request id -> (finish time, outcome)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="traffic", daemon=True)
-        self._thread.start()
-
-    def now(self) -> float:
-        return time.monotonic() - self.t0
-
-    def set_rate(self, session: str, rate_rps: float) -> None:
-        with self._lock:
-            self.rates[session] = rate_rps
-
-    def _run(self) -> None:
-        next_tick = time.monotonic()
-        while not self._stop.is_set():
-            with self._lock:
-                rates = dict(self.rates)
-            for session, rate in rates.items():
-                n = int(self.rng.poisson(rate * TICK_S))
-                if not n:
-                    continue
-                now = self.now()
-                with self._lock:
-                    first = len(self.sent)
-                    self.sent.extend((now, session) for _ in range(n))
-                items = [(first + i, self.slo_ms[session]) for i in range(n)]
-                for (rid, _), fut in zip(items, self.router.submit(session, items)):
-                    fut.add_done_callback(lambda f, rid=rid: self._finished(rid, f.result()))
-            next_tick += TICK_S
-            time.sleep(max(0.0, next_tick - time.monotonic()))
-
-    def _finished(self, rid: int, outcome: str) -> None:
-        with self._lock:
-            self.done[rid] = (self.now(), outcome)
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
-
-    def attainment(self, start_s: float, end_s: float, session: str | None = None) -> tuple[float | None, Counter]:
-        """Within-SLO share of the requests sent in [start, end) (of one session, or
-        all), and their outcomes."""
-        with self._lock:
-            sent = list(enumerate(self.sent))
-            done = dict(self.done)
-        counts: Counter = Counter()
-        hits = total = 0
-        for rid, (t, of) in sent:
-            if not start_s <= t < end_s or (session is not None and of != session):
-                continue
-            total += 1
-            finished = done.get(rid)
-            if finished is None:
-                counts["no_outcome"] += 1
-                continue
-            counts[finished[1]] += 1
-            hits += finished[1] == "ok" and (finished[0] - t) * 1000.0 <= self.slo_ms[of]
-        return (round(hits / total, 5) if total else None), counts
-
-    def by_window(self, start_s: float, end_s: float) -> list[float | None]:
-        """Attainment in each whole one-second window from `start_s` to `end_s`."""
-        return [self.attainment(start_s + i * WINDOW_S, start_s + (i + 1) * WINDOW_S)[0]
-                for i in range(int((end_s - start_s) / WINDOW_S))]
-
-    def settled_after(self, start_s: float, end_s: float) -> float | None:
-        """Seconds from `start_s` until every one-second window up to `end_s` is at the
-        target (None: never within the phase)."""
-        ok = [(a or 0.0) >= TARGET for a in self.by_window(start_s, end_s)]
-        for i in range(len(ok)):
-            if all(ok[i:]):
-                return round(i * WINDOW_S, 2)
-        return None
+        if not (self.engine_s == 0 or 1.0 <= self.engine_s <= 600) or not (0 < self.engine_rate_rps <= 1000):
+            raise ValueError("engine_s must be 0 or in [1, 600], and engine_rate_rps in (0, 1000]")
 
 
 def _workload(options: ClusterBenchOptions) -> tuple[list[Workload], dict[str, float]]:
@@ -196,6 +112,10 @@ def run_cluster_bench(options: ClusterBenchOptions, log: Callable[[str], None] =
                                  options.steady_s, options.seed, log))
         used = result["ray_serve_devices_used"]
         result["vigil_vs_ray_serve_devices"] = round(result["devices_used"] / used, 3) if used else None
+    if options.engine_s:
+        from bench.cluster_engine import engine_phase
+
+        result["engine"] = engine_phase(options.engine_s, options.engine_rate_rps, options.seed, log)
     log("simulation")
     result["sim"] = run_sim(SimOptions(devices=options.sim_devices, seconds=2.0), log)["sim"]
     return result
@@ -297,6 +217,10 @@ def format_cluster_report(result: dict) -> str:
             "ray_serve_attainment", "vigil_vs_ray_serve_devices")
     lines = ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys),
              "| " + " | ".join(str(result.get(k)) for k in keys) + " |"]
+    engine = result.get("engine")
+    if engine:
+        lines += ["", "| real SceneDet on an engine backend | frames/s | attainment |", "|---|---|---|",
+                  f"| {engine['session']} | {engine['rate_rps']} | {engine['attainment']} |"]
     sim = result["sim"]
     lines += ["", "| simulated devices | efficiency | attainment |", "|---|---|---|"]
     lines += [f"| {d} | {e} | {a} |" for d, e, a in zip(sim["devices"], sim["efficiency"], sim["attainment"])]

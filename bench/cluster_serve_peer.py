@@ -53,7 +53,8 @@ def _deployment(w: Workload, batch: int, max_replicas: int):
 
 class ServeRouter:
     """Traffic's router interface over deployment handles: each request awaited on an
-    event loop of its own thread; its future resolves `ok`, or `error` when Serve failed it."""
+    event loop of its own thread; its future resolves `("ok",)`, or `("error",)` when
+    Serve failed it (the outcome first, as cluster/router.py's)."""
 
     def __init__(self, handles: dict) -> None:
         self.handles = handles
@@ -64,11 +65,11 @@ class ServeRouter:
     def submit(self, session: str, items: list[tuple[int, float]]) -> list[Future]:
         return [asyncio.run_coroutine_threadsafe(self._one(session), self.loop) for _ in items]
 
-    async def _one(self, session: str) -> str:
+    async def _one(self, session: str) -> tuple[str]:
         try:
-            return await self.handles[session].remote(0)
+            return (await self.handles[session].remote(0),)
         except Exception:  # a replica lost or a request rejected: a miss, counted as such
-            return "error"
+            return ("error",)
 
     def close(self) -> None:
         self.loop.call_soon_threadsafe(self.loop.stop)
@@ -91,7 +92,7 @@ def serve_peer(nodes: int, gpus_per_node: int, workloads: list[Workload], slo_ms
                window_s: float, seed: int, log: Callable[[str], None]) -> dict:
     """{ray_serve_devices_used (most replicas running in the window), ray_serve_devices_mean,
     ray_serve_attainment}; all None when Ray Serve is not installed."""
-    from bench.cluster_ray import Traffic
+    from bench.traffic import Traffic
     from cluster.local import local_cluster
 
     # the replicas' answer to Serve's queue-length probe comes later than its 0.1 s

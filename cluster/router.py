@@ -10,10 +10,11 @@ second would read 30% off its rate half the time, and plan after plan would foll
 the noise.
 
 `submit` sends a group of requests of one session as one call per device and returns a
-future per request, resolved with its outcome: `ok`, `deadline` (dropped early by the
-device), `not_here` (a stale table sent it to a device that no longer runs it),
-`unrouted` (no device runs the session) or `backend_lost` (its device died with it in
-flight). A lost device is removed from every route at once, so nothing more is sent
+future per request, resolved with a tuple: its outcome, then what the backend gave
+beside it (an engine backend's detections, cluster/engine_backend.py). The outcome is
+`ok`, `deadline` (dropped early by the device), `not_here` (a stale table sent it to a
+device that no longer runs it), `unrouted` (no device runs the session),
+`backend_lost` (its device died with it in flight), or another of the engine's. A lost device is removed from every route at once, so nothing more is sent
 there while the scheduler re-places its sessions; no request waits on a dead device.
 """
 
@@ -85,8 +86,9 @@ class Router:
             drr = self._routes.get(session)
             return drr.devices if drr else ()
 
-    def submit(self, session: str, items: list[tuple[int, float]]) -> list[Future]:
-        """(request id, ms it has left) each; a future of each one's outcome."""
+    def submit(self, session: str, items: list[tuple]) -> list[Future]:
+        """(request id, ms it has left, and what the backend takes beside: an engine
+        backend's frame) each; a future of each one's (outcome, ...)."""
         futures = [Future() for _ in items]
         groups: dict[str, list[int]] = {}
         with self._lock:
@@ -174,10 +176,10 @@ class Router:
                     for fut in sent.futures:
                         self._resolve(fut, "backend_lost")
                     continue
-                for fut, (_, outcome) in zip(sent.futures, results):
-                    self._resolve(fut, outcome)
+                for fut, (_, outcome, *beside) in zip(sent.futures, results):
+                    self._resolve(fut, outcome, *beside)
 
-    def _resolve(self, fut: Future, outcome: str) -> None:
+    def _resolve(self, fut: Future, outcome: str, *beside) -> None:
         self.outcomes[outcome] += 1
         if not fut.done():
-            fut.set_result(outcome)
+            fut.set_result((outcome, *beside))

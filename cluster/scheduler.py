@@ -25,7 +25,7 @@ import logging
 import time
 from dataclasses import asdict
 
-from cluster.backend import NAMESPACE, SCHEDULER_NAME
+from cluster.beacon import NAMESPACE, SCHEDULER_NAME
 from engine.cluster import GlobalScheduler
 from engine.epochs import EpochPolicy
 from engine.placement import Device, Workload

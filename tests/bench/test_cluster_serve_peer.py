@@ -42,7 +42,7 @@ def test_each_request_is_sent_on_its_own_and_resolves_with_its_outcome():
         outcomes = [f.result(timeout=10) for f in futures]
     finally:
         router.close()
-    assert outcomes == ["ok"] * 5 + ["error"]
+    assert outcomes == [("ok",)] * 5 + [("error",)]
     assert good.calls == 5 and bad.calls == 1
     assert good.most_in_flight == 5  # awaited side by side, not one after another
 

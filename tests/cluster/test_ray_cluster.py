@@ -13,7 +13,7 @@ from cluster.local import local_cluster, loopback
 loopback()  # before Ray is imported
 ray = pytest.importorskip("ray")
 
-from bench.cluster_ray import Traffic  # noqa: E402
+from bench.traffic import Traffic  # noqa: E402
 from cluster.backend import BackendConfig, start_backend  # noqa: E402
 from cluster.router import Router  # noqa: E402
 from cluster.scheduler import scheduler_handle  # noqa: E402
