@@ -78,7 +78,10 @@ class EngineBackend(Beaconing):
         before = {session_model(s)[0] for s in self.sessions}
         self.sessions = wanted
         for model in sorted(before - models):
-            await asyncio.to_thread(self.engine.unload, model)
+            try:
+                await asyncio.to_thread(self.engine.unload, model)
+            except Exception as exc:  # never loaded (its load failed): nothing to free
+                log.info("backend %s: %s not unloaded: %s", self.config.device_id, model, exc)
         for model in sorted(models - before):
             self.loading.add(model)
             try:
