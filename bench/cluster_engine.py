@@ -52,8 +52,9 @@ def engine_phase(seconds: float, rate_rps: float, seed: int, log: Callable[[str]
                 raise RuntimeError("timed out waiting for the engine backend to load SceneDet")
             time.sleep(0.2)
         router = Router(scheduler, "bench-engine", refresh_s=0.1)
-        traffic = Traffic(router, [workload], {SESSION: SLO_MS}, seed, payload=lambda rid: frames[rid % FRAMES])
+        traffic = None
         try:
+            traffic = Traffic(router, [workload], {SESSION: SLO_MS}, seed, payload=lambda rid: frames[rid % FRAMES])
             time.sleep(WARMUP_S + seconds)
             end = traffic.now()
             traffic.stop()
@@ -61,7 +62,8 @@ def engine_phase(seconds: float, rate_rps: float, seed: int, log: Callable[[str]
             attainment, counts = traffic.attainment(WARMUP_S, end)
             report = ray.get(backend.report.remote())
         finally:
-            traffic.stop()
+            if traffic is not None:
+                traffic.stop()
             router.close()
     log(f"  attainment {attainment} ({dict(counts)}); backend outcomes {report['outcomes']}")
     return {"session": SESSION, "rate_rps": rate_rps, "slo_ms": SLO_MS, "attainment": attainment,

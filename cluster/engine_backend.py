@@ -1,16 +1,20 @@
 """A backend that runs Vigil's engine (engine/engine.py) on the frames the router sends.
 
 The scheduler's table says which sessions the device serves; here a session names a
-model of the backend's repository, `name` or `name:version`. A table loads the models
-its sessions name and unloads those no session names any more. Batching, early drop,
+model of the backend's repository, `name` (its versions by the repository's policy) or
+`name:version`. A table loads what its sessions name that is not loaded yet (again, if
+an earlier load failed) and unloads the models no session names any more; a session
+whose name is neither is left out of the table and logged. Tables are applied one at a
+time, in the order they come. Batching, early drop,
 prefix sharing and preemption are the engine's own, as on one machine: each request
 becomes an engine request whose deadline is the time it had left when it arrived.
 
 A request is (request id, ms it has left, frame [H, W, 3] uint8 RGB); its reply is
 (request id, outcome, detections): `ok` or `late` with the frame's detections, or the
 engine's drop reason (`deadline`, `overloaded`, `unavailable` while its model loads or
-when it cannot, ...) or `not_here` (a
-session the table does not hold) with none. Frames travel as Ray arguments: numpy
+when it cannot, ...), `not_here` (a session the table does not hold) or `error` (a
+malformed request, or one the engine did not answer within `ANSWER_GRACE_S` past its
+time left) with none. Frames travel as Ray arguments: numpy
 arrays from the object store, without a copy when sender and backend share a node.
 """
 
@@ -19,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -30,6 +35,7 @@ from engine.requests import Dropped, Request
 
 log = logging.getLogger("vigil.cluster")
 
+ANSWER_GRACE_S = 30.0  # past a request's time left: a batch that started in time still ends
 Item = tuple[int, float, np.ndarray]
 Reply = tuple[int, str, Detections | None]
 
@@ -52,6 +58,8 @@ class EngineBackend(Beaconing):
         self.outcomes: Counter = Counter()
         self.arrived: Counter = Counter()  # session -> requests, since start
         self.loading: set[str] = set()  # models of the table not loaded yet: their requests are `unavailable`
+        self._applying = asyncio.Lock()
+        self._submitter = ThreadPoolExecutor(1, thread_name_prefix="backend-submit")
 
     def table(self) -> dict[str, Workload]:
         return dict(self.sessions)
@@ -70,54 +78,96 @@ class EngineBackend(Beaconing):
 
     async def apply(self, version: int, plan: DevicePlan | None, workloads: dict[str, Workload]) -> int:
         """A table from the scheduler (None: nothing to run); older versions are ignored."""
-        if version <= self.table_version:
-            return self.table_version
-        self.table_version = version
-        wanted = {} if plan is None else {a.session: workloads[a.session] for a in plan.assignments}
-        models = {session_model(s)[0] for s in wanted}  # a session that names no model refuses the table
-        before = {session_model(s)[0] for s in self.sessions}
-        self.sessions = wanted
-        for model in sorted(before - models):
-            try:
-                await asyncio.to_thread(self.engine.unload, model)
-            except Exception as exc:  # never loaded (its load failed): nothing to free
-                log.info("backend %s: %s not unloaded: %s", self.config.device_id, model, exc)
-        for model in sorted(models - before):
-            self.loading.add(model)
-            try:
-                await asyncio.to_thread(self.engine.load, model)
-            except Exception as exc:  # its requests are dropped as unavailable, and counted
-                log.error("backend %s: cannot load %s: %s", self.config.device_id, model, exc)
-            finally:
-                self.loading.discard(model)
-        return version
+        async with self._applying:
+            if version <= self.table_version:
+                return self.table_version
+            self.table_version = version
+            wanted: dict[str, Workload] = {}
+            for a in plan.assignments if plan is not None else ():
+                try:
+                    session_model(a.session)
+                    wanted[a.session] = workloads[a.session]
+                except ValueError as exc:
+                    log.error("backend %s: %s", self.config.device_id, exc)
+            needed: dict[str, set[int | None]] = {}
+            for session in wanted:
+                model, model_version = session_model(session)
+                needed.setdefault(model, set()).add(model_version)
+            gone = {session_model(s)[0] for s in self.sessions} - set(needed)
+            self.sessions = wanted
+            missing = {m: vs for m, vs in needed.items() if self._missing(m, vs)}
+            self.loading |= set(missing)
+            for model in sorted(gone):
+                try:
+                    await asyncio.to_thread(self.engine.unload, model)
+                except Exception as exc:  # never loaded (its load had failed): nothing to free
+                    log.info("backend %s: %s not unloaded: %s", self.config.device_id, model, exc)
+            for model, versions in sorted(missing.items()):
+                try:
+                    for load_versions in _loads(versions):
+                        await asyncio.to_thread(self.engine.load, model, load_versions)
+                except Exception as exc:  # its requests are dropped as unavailable; the next table tries again
+                    log.error("backend %s: cannot load %s: %s", self.config.device_id, model, exc)
+                finally:
+                    self.loading.discard(model)
+            return version
+
+    def _missing(self, model: str, versions: set[int | None]) -> bool:
+        """Whether the engine lacks some of `versions` of `model` (None: any version)."""
+        loaded = set(self.engine.versions(model))
+        return not loaded or bool({v for v in versions if v is not None} - loaded)
 
     async def submit(self, session: str, items: list[Item]) -> list[Reply]:
         """Each request's reply once all are done (module docstring)."""
         self.arrived[session] += len(items)
+        try:
+            replies = await self._submit(session, items)
+        except Exception as exc:  # a malformed request: its group fails, the backend stays
+            log.error("backend %s: a group of %d requests for %s failed: %r", self.config.device_id, len(items),
+                      session, exc)
+            replies = [(item[0] if isinstance(item, (tuple, list)) and item else None, "error", None)
+                       for item in items]
+        self.outcomes.update(outcome for _, outcome, _ in replies)
+        return replies
+
+    async def _submit(self, session: str, items: list[Item]) -> list[Reply]:
         workload = self.sessions.get(session)
         if workload is None:
-            self.outcomes["not_here"] += len(items)
             return [(request_id, "not_here", None) for request_id, _, _ in items]
         model, version = session_model(session)
         now = self.engine.clock()
         requests = [Request(session, model, frame, now - (workload.slo_ms - remaining_ms), workload.slo_ms, version)
                     for _, remaining_ms, frame in items]
-        futures = self.engine.submit_many(requests)
-        done = await asyncio.gather(*(asyncio.wrap_future(f) for f in futures), return_exceptions=True)
-        replies = [(request_id, *self._reply(result)) for (request_id, _, _), result in zip(items, done)]
-        self.outcomes.update(outcome for _, outcome, _ in replies)
-        return replies
+        # preprocessing runs on the submitting thread: one thread beside the event loop,
+        # so that heartbeats go on and groups reach the engine one at a time, in order
+        submitted = await asyncio.get_running_loop().run_in_executor(self._submitter, self.engine.submit_many, requests)
+        futures = [asyncio.wrap_future(f) for f in submitted]
+        longest_s = max(remaining_ms for _, remaining_ms, _ in items) / 1000.0
+        await asyncio.wait(futures, timeout=max(0.0, longest_s) + ANSWER_GRACE_S)
+        return [(request_id, *self._reply(f)) for (request_id, _, _), f in zip(items, futures)]
 
-    def _reply(self, result) -> tuple[str, Detections | None]:
-        if isinstance(result, Dropped):
-            return result.reason, None
-        if isinstance(result, BaseException):
-            log.error("backend %s: a request failed: %r", self.config.device_id, result)
+    def _reply(self, fut: asyncio.Future) -> tuple[str, Detections | None]:
+        if not fut.done():
+            fut.cancel()
+            log.error("backend %s: the engine did not answer a request in time", self.config.device_id)
             return "error", None
+        exc = fut.exception()
+        if isinstance(exc, Dropped):
+            return exc.reason, None
+        if exc is not None:
+            log.error("backend %s: a request failed: %r", self.config.device_id, exc)
+            return "error", None
+        result = fut.result()
         return ("ok" if result.within_slo else "late"), result.detections
 
     async def report(self) -> dict:
         return {"device": self.config.device_id, "sessions": sorted(self.sessions), "loading": sorted(self.loading),
                 "outcomes": dict(self.outcomes), "arrived": dict(self.arrived), "table_version": self.table_version,
                 "engine": self.engine.load_report() if self.engine is not None else None}
+
+
+def _loads(versions: set[int | None]) -> list[list[int] | None]:
+    """The engine loads that give the sessions what they name: the repository's policy
+    (None) when one names no version, and the named versions (loaded ones are skipped)."""
+    named = sorted(v for v in versions if v is not None)
+    return ([None] if None in versions else []) + ([named] if named else [])

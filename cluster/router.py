@@ -14,8 +14,10 @@ future per request, resolved with a tuple: its outcome, then what the backend ga
 beside it (an engine backend's detections, cluster/engine_backend.py). The outcome is
 `ok`, `deadline` (dropped early by the device), `not_here` (a stale table sent it to a
 device that no longer runs it), `unrouted` (no device runs the session),
-`backend_lost` (its device died with it in flight), or another of the engine's. A lost device is removed from every route at once, so nothing more is sent
-there while the scheduler re-places its sessions; no request waits on a dead device.
+`backend_lost` (its device died with it in flight), `error` (the device's call failed
+and the device lives on), or another of the engine's. A lost device is removed from
+every route at once, so nothing more is sent there while the scheduler re-places its
+sessions; no request waits on a dead device.
 """
 
 from __future__ import annotations
@@ -30,8 +32,6 @@ from dataclasses import dataclass
 from engine.routing import DeficitRoundRobin, NoRoute
 
 log = logging.getLogger("vigil.cluster")
-
-OUTCOMES = ("ok", "deadline", "not_here", "unrouted", "backend_lost")
 
 
 @dataclass
@@ -169,6 +169,12 @@ class Router:
                     sent = self._pending.pop(ref)
                 try:
                     results = ray.get(ref)
+                except ray.exceptions.RayTaskError as exc:  # the call failed; the device lives
+                    log.error("router %s: device %s failed %d requests: %s", self.router_id, sent.device,
+                              len(sent.futures), type(exc.cause).__name__ if exc.cause else exc)
+                    for fut in sent.futures:
+                        self._resolve(fut, "error")
+                    continue
                 except Exception as exc:  # the actor died with these in flight
                     log.warning("router %s: device %s lost with %d requests in flight (%s)", self.router_id,
                                 sent.device, len(sent.futures), type(exc).__name__)

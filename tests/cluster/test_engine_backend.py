@@ -5,12 +5,13 @@ finds in this process on the same frames."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import numpy as np
 import pytest
 
-from cluster.engine_backend import session_model
+from cluster.engine_backend import EngineBackend, session_model
 from cluster.local import local_cluster, loopback
 
 loopback()  # before Ray is imported
@@ -21,7 +22,7 @@ from cluster.router import Router  # noqa: E402
 from cluster.scheduler import scheduler_handle  # noqa: E402
 from engine.engine import Engine  # noqa: E402
 from engine.epochs import EpochPolicy  # noqa: E402
-from engine.placement import Workload  # noqa: E402
+from engine.placement import Assignment, DevicePlan, Workload  # noqa: E402
 from engine.profiles import Profile  # noqa: E402
 from engine.repository import ModelRepository  # noqa: E402
 from engine.requests import Request  # noqa: E402
@@ -104,3 +105,61 @@ def test_a_request_that_cannot_make_its_deadline_is_dropped_and_one_for_another_
     assert late == [(100, "deadline", None)]
     stray = ray.get(backend.submit.remote("othermodel", [(101, 1000.0, image)]))
     assert stray == [(101, "not_here", None)]
+
+
+def test_a_malformed_request_gets_an_error_and_the_device_stays_routed(routed):
+    router, _ = routed
+    router.refresh()
+    assert router.devices(SESSION) == ("e0",)
+    reply = router.submit(SESSION, [(200, 1000.0)])[0].result(timeout=60)  # no frame
+    assert reply == ("error", None)
+    assert router.devices(SESSION) == ("e0",) and router.outcomes["backend_lost"] == 0
+
+
+class FakeEngine:
+    """The engine's model verbs, recorded (a unit test of the table logic)."""
+
+    def __init__(self, fail: set[str] = frozenset()) -> None:
+        self.loaded: dict[str, set[int]] = {}
+        self.calls: list[tuple] = []
+        self.fail = set(fail)
+
+    def versions(self, name: str) -> list[int]:
+        return sorted(self.loaded.get(name, ()))
+
+    def load(self, name: str, versions: list[int] | None = None) -> list[int]:
+        self.calls.append(("load", name, versions))
+        if name in self.fail:
+            raise RuntimeError(f"{name}: no such model")
+        self.loaded.setdefault(name, set()).update(versions or [1])
+        return self.versions(name)
+
+    def unload(self, name: str) -> list[int]:
+        self.calls.append(("unload", name))
+        return sorted(self.loaded.pop(name))
+
+
+def table(*sessions: str) -> tuple[DevicePlan, dict[str, Workload]]:
+    workloads = {s: Workload(s, 1.0, 1000.0, Profile.linear(1.0, 1.0, 4, "p", "cpu")) for s in sessions}
+    plan = DevicePlan("d", 100.0, 10.0, tuple(Assignment(s, 1.0, 1) for s in sessions), 0.0)
+    return plan, workloads
+
+
+def test_tables_load_what_their_sessions_name_skip_bad_names_and_retry_failed_loads():
+    backend = EngineBackend(BackendConfig("d", executor="engine", models_dir="unused"))
+    backend.engine = FakeEngine(fail={"broken"})
+
+    async def apply(version: int, *sessions: str) -> None:
+        await backend.apply(version, *table(*sessions))
+
+    asyncio.run(apply(1, "scenedet", "yolo:3", "yolo:three", "broken"))
+    assert sorted(backend.sessions) == ["broken", "scenedet", "yolo:3"]  # the bad name is left out
+    assert ("load", "scenedet", None) in backend.engine.calls and ("load", "yolo", [3]) in backend.engine.calls
+    assert backend.loading == set()
+    backend.engine.calls.clear()
+    backend.engine.fail.clear()
+    asyncio.run(apply(2, "scenedet:2", "broken"))
+    # yolo is unloaded; scenedet's version 2 and the model whose load failed are loaded now
+    assert backend.engine.calls == [("unload", "yolo"), ("load", "broken", None), ("load", "scenedet", [2])]
+    asyncio.run(apply(1, "yolo"))  # an older table changes nothing
+    assert sorted(backend.sessions) == ["broken", "scenedet:2"]
