@@ -5,17 +5,17 @@ model of the backend's repository, `name` (its versions by the repository's poli
 `name:version`. A table loads what its sessions name that is not loaded yet (again, if
 an earlier load failed) and unloads the models no session names any more; a session
 whose name is neither is left out of the table and logged. Tables are applied one at a
-time, in the order they come. Batching, early drop,
-prefix sharing and preemption are the engine's own, as on one machine: each request
-becomes an engine request whose deadline is the time it had left when it arrived.
+time, in the order they come. Batching, early drop, prefix sharing and preemption are
+the engine's own, as on one machine: each request becomes an engine request whose
+deadline is the time it had left when it arrived.
 
 A request is (request id, ms it has left, frame [H, W, 3] uint8 RGB); its reply is
 (request id, outcome, detections): `ok` or `late` with the frame's detections, or the
 engine's drop reason (`deadline`, `overloaded`, `unavailable` while its model loads or
 when it cannot, ...), `not_here` (a session the table does not hold) or `error` (a
 malformed request, or one the engine did not answer within `ANSWER_GRACE_S` past its
-time left) with none. Frames travel as Ray arguments: numpy
-arrays from the object store, without a copy when sender and backend share a node.
+time left) with none. Frames travel as Ray arguments: numpy arrays from the object
+store, without a copy when sender and backend share a node.
 """
 
 from __future__ import annotations
@@ -83,15 +83,14 @@ class EngineBackend(Beaconing):
                 return self.table_version
             self.table_version = version
             wanted: dict[str, Workload] = {}
+            needed: dict[str, set[int | None]] = {}  # model -> the versions its sessions name
             for a in plan.assignments if plan is not None else ():
                 try:
-                    session_model(a.session)
-                    wanted[a.session] = workloads[a.session]
+                    model, model_version = session_model(a.session)
                 except ValueError as exc:
                     log.error("backend %s: %s", self.config.device_id, exc)
-            needed: dict[str, set[int | None]] = {}
-            for session in wanted:
-                model, model_version = session_model(session)
+                    continue
+                wanted[a.session] = workloads[a.session]
                 needed.setdefault(model, set()).add(model_version)
             gone = {session_model(s)[0] for s in self.sessions} - set(needed)
             self.sessions = wanted
