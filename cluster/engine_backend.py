@@ -9,13 +9,17 @@ time, in the order they come. Batching, early drop, prefix sharing and preemptio
 the engine's own, as on one machine: each request becomes an engine request whose
 deadline is the time it had left when it arrived.
 
-A request is (request id, ms it has left, frame [H, W, 3] uint8 RGB); its reply is
-(request id, outcome, detections): `ok` or `late` with the frame's detections, or the
+A request is (request id, ms it has left, frame [H, W, 3] uint8 RGB), and may add what
+the front door asked of it (`Asked`: its app, SLO, priority, heads, input key, whether
+it may be dropped); without it, it is the session's own, at priority 0. Its reply is
+(request id, outcome, result): `ok` or `late` with the engine's `Result`, or the
 engine's drop reason (`deadline`, `overloaded`, `unavailable` while its model loads or
 when it cannot, ...), `not_here` (a session the table does not hold) or `error` (a
 malformed request, or one the engine did not answer within `ANSWER_GRACE_S` past its
-time left) with none. Frames travel as Ray arguments: numpy arrays from the object
-store, without a copy when sender and backend share a node.
+time left) with None. Requests of one group that carry the same input key are one
+input to the engine, so a backbone several apps share runs once for them. Frames travel
+as Ray arguments: numpy arrays from the object store, without a copy when sender and
+backend share a node.
 """
 
 from __future__ import annotations
@@ -24,20 +28,36 @@ import asyncio
 import logging
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Hashable
 
 import numpy as np
 
 from cluster.beacon import BackendConfig, Beaconing
-from engine.detections import Detections
 from engine.placement import DevicePlan, Workload
-from engine.requests import Dropped, Request
+from engine.requests import Dropped, Request, Result
 
 log = logging.getLogger("vigil.cluster")
 
 ANSWER_GRACE_S = 30.0  # past a request's time left: a batch that started in time still ends
-Item = tuple[int, float, np.ndarray]
-Reply = tuple[int, str, Detections | None]
+
+
+@dataclass(frozen=True)
+class Asked:
+    """What the front door asked of a request beside its frame (engine/requests.py's
+    fields of the same names)."""
+
+    app: str
+    slo_ms: float
+    priority: int = 0
+    labels: tuple[str, ...] | None = None
+    input_key: Hashable | None = None
+    may_drop: bool = True
+
+
+Item = tuple[int, float, np.ndarray] | tuple[int, float, np.ndarray, Asked]
+Reply = tuple[int, str, Result | None]
 
 
 def session_model(session: str) -> tuple[str, int | None]:
@@ -68,11 +88,13 @@ class EngineBackend(Beaconing):
         """Open the engine on the repository and start the heartbeats (idempotent);
         returns the device id."""
         if self.engine is None:
+            from engine.device import resolve_device
             from engine.engine import Engine
             from engine.repository import ModelRepository
 
             repository = ModelRepository(Path(self.config.models_dir))
-            self.engine = await asyncio.to_thread(Engine, repository, self.config.device, lanes=None)
+            device = resolve_device(self.config.device)  # "auto": the GPU Ray gave the actor, if any
+            self.engine = await asyncio.to_thread(Engine, repository, device, lanes=None)
         self._start()
         return self.config.device_id
 
@@ -132,20 +154,19 @@ class EngineBackend(Beaconing):
     async def _submit(self, session: str, items: list[Item]) -> list[Reply]:
         workload = self.sessions.get(session)
         if workload is None:
-            return [(request_id, "not_here", None) for request_id, _, _ in items]
+            return [(item[0], "not_here", None) for item in items]
         model, version = session_model(session)
         now = self.engine.clock()
-        requests = [Request(session, model, frame, now - (workload.slo_ms - remaining_ms), workload.slo_ms, version)
-                    for _, remaining_ms, frame in items]
+        requests = [_request(item, model, version, Asked(session, workload.slo_ms), now) for item in items]
         # preprocessing runs on the submitting thread: one thread beside the event loop,
         # so that heartbeats go on and groups reach the engine one at a time, in order
         submitted = await asyncio.get_running_loop().run_in_executor(self._submitter, self.engine.submit_many, requests)
         futures = [asyncio.wrap_future(f) for f in submitted]
-        longest_s = max(remaining_ms for _, remaining_ms, _ in items) / 1000.0
+        longest_s = max(item[1] for item in items) / 1000.0
         await asyncio.wait(futures, timeout=max(0.0, longest_s) + ANSWER_GRACE_S)
-        return [(request_id, *self._reply(f)) for (request_id, _, _), f in zip(items, futures)]
+        return [(item[0], *self._reply(f)) for item, f in zip(items, futures)]
 
-    def _reply(self, fut: asyncio.Future) -> tuple[str, Detections | None]:
+    def _reply(self, fut: asyncio.Future) -> tuple[str, Result | None]:
         if not fut.done():
             fut.cancel()
             log.error("backend %s: the engine did not answer a request in time", self.config.device_id)
@@ -157,12 +178,24 @@ class EngineBackend(Beaconing):
             log.error("backend %s: a request failed: %r", self.config.device_id, exc)
             return "error", None
         result = fut.result()
-        return ("ok" if result.within_slo else "late"), result.detections
+        return ("ok" if result.within_slo else "late"), result
 
     async def report(self) -> dict:
         return {"device": self.config.device_id, "sessions": sorted(self.sessions), "loading": sorted(self.loading),
                 "outcomes": dict(self.outcomes), "arrived": dict(self.arrived), "table_version": self.table_version,
-                "engine": self.engine.load_report() if self.engine is not None else None}
+                "engine": self.engine.load_report() if self.engine is not None else None,
+                "batches": self.engine.metrics.batch_histograms() if self.engine is not None else {}}
+
+
+def _request(item: Item, model: str, version: int | None, default: Asked, now_ms: float) -> Request:
+    """The engine's request for one item; its capture time is as long before `now_ms`
+    as its SLO less the time it has left."""
+    request_id, remaining_ms, frame, *rest = item
+    asked = rest[0] if rest else default
+    if not isinstance(asked, Asked) or len(rest) > 1:
+        raise ValueError(f"request {request_id!r}: the fourth field is an Asked, and there is none after it")
+    return Request(asked.app, model, frame, now_ms - (asked.slo_ms - remaining_ms), asked.slo_ms, version,
+                   asked.priority, asked.labels, asked.input_key, asked.may_drop)
 
 
 def _loads(versions: set[int | None]) -> list[list[int] | None]:

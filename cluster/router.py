@@ -11,7 +11,7 @@ the noise.
 
 `submit` sends a group of requests of one session as one call per device and returns a
 future per request, resolved with a tuple: its outcome, then what the backend gave
-beside it (an engine backend's detections, cluster/engine_backend.py). The outcome is
+beside it (an engine backend's result, cluster/engine_backend.py). The outcome is
 `ok`, `deadline` (dropped early by the device), `not_here` (a stale table sent it to a
 device that no longer runs it), `unrouted` (no device runs the session),
 `backend_lost` (its device died with it in flight), `error` (the device's call failed

@@ -5,9 +5,10 @@ Backends register with their device (memory), sessions are added with an estimat
 rate, and every beacon the backends report each session's observed rate. `tick`
 plans the cluster again when an epoch is due (engine/epochs.py) with the planner
 (engine/placement.py), planning each session at its observed arrival rate once a
-beacon has reported one (its estimate before); a lost backend is removed and everything placed again at once. Each
-session's route table maps devices to the rates the plan gave them: the routers'
-weights (engine/routing.py). Every plan is kept in `history` with why it was made.
+beacon has reported one (its estimate before), and at no less than its `min_rate_rps`
+(a session that must keep its device while idle); a lost backend is removed and
+everything placed again at once. Each session's route table maps devices to the rates
+the plan gave them: the routers' weights (engine/routing.py). Every plan is kept in `history` with why it was made.
 """
 
 from __future__ import annotations
@@ -86,7 +87,8 @@ class GlobalScheduler:
         # session the devices could not wholly take would otherwise be planned again
         # every epoch to the same end
         planned = {s: self.planned_rps.get(s, 0.0) for s in self.sessions}
-        reason = self.epochs.due(now_s, self.observed_rps, planned)
+        observed = {s: max(self.sessions[s].min_rate_rps, r) for s, r in self.observed_rps.items()}
+        reason = self.epochs.due(now_s, observed, planned)
         if reason is not None:
             self._plan(now_s, reason)
         return reason
@@ -106,8 +108,8 @@ class GlobalScheduler:
         return next((d for d in self.placement.devices if d.device_id == device_id), None)
 
     def _plan(self, now_s: float, reason: str) -> None:
-        workloads = [Workload(w.session, self.observed_rps.get(w.session, w.rate_rps), w.slo_ms, w.profile,
-                              w.memory_mb, w.prefix) for w in self.sessions.values()]
+        workloads = [Workload(w.session, max(w.min_rate_rps, self.observed_rps.get(w.session, w.rate_rps)), w.slo_ms,
+                              w.profile, w.memory_mb, w.prefix, w.min_rate_rps) for w in self.sessions.values()]
         self.planned_rps = {w.session: w.rate_rps for w in workloads}
         devices = [self.backends[d] for d in sorted(self.backends)]
         self.placement = place(workloads, devices, self.prefixes, self.max_occupancy, previous=self.placement)

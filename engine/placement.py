@@ -61,10 +61,15 @@ class Workload:
     profile: Profile  # its own fragments (the suffix, when `prefix` is set)
     memory_mb: float = 0.0
     prefix: str | None = None  # the shared prefix's name (a key of the prefixes given to `place`)
+    # the global scheduler plans it at no less, whatever rate is observed: a session that
+    # must keep a device while it is idle (a camera app's model between bursts)
+    min_rate_rps: float = 0.0
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.rate_rps) and self.rate_rps >= 0):
             raise ValueError(f"{self.session}: rate_rps must be finite and >= 0; was {self.rate_rps}")
+        if not (math.isfinite(self.min_rate_rps) and self.min_rate_rps >= 0):
+            raise ValueError(f"{self.session}: min_rate_rps must be finite and >= 0; was {self.min_rate_rps}")
         if not (math.isfinite(self.slo_ms) and self.slo_ms > 0):
             raise ValueError(f"{self.session}: slo_ms must be finite and > 0; was {self.slo_ms}")
         if not (math.isfinite(self.memory_mb) and self.memory_mb >= 0):

@@ -21,7 +21,7 @@ from vigil.dashboard import dashboard_router
 from vigil.http_guard import UPLOAD_PATH, BodyGuard, Upload
 from vigil.openapi import document_errors
 from vigil.prom import ServiceCollector
-from vigil.routes import apps, config, events, llm, models, openai, sinks, streams, system
+from vigil.routes import apps, cluster, config, events, llm, models, openai, sinks, streams, system
 from vigil.service import Vigil
 from vigil.services.errors import ServiceError
 from vigil.storage import StorageFull
@@ -55,7 +55,7 @@ def build_app(service: Vigil, lifespan=None) -> FastAPI:
                        chunk_timeout_s=limits.header_timeout_s,
                        upload=Upload(UPLOAD_PATH, limits.max_model_upload_bytes, settings.authorized))
     for router in (system.router, streams.router, apps.router, models.router, events.router, config.router,
-                   sinks.router):
+                   sinks.router, cluster.router):
         app.include_router(router)
     llm_key = [] if settings.open_llm_routes else [Depends(require_key)]  # generating is the costliest request
     app.include_router(openai.router, dependencies=llm_key)

@@ -75,7 +75,8 @@ def _serve(args: argparse.Namespace) -> int:
     from vigil.storage import StorageError
 
     flags = {"host": args.host, "port": args.port, "grpc_port": args.grpc_port, "data_dir": args.data_dir,
-             "device": args.device, "model_repository": args.models}
+             "device": args.device, "model_repository": args.models,
+             "cluster": {"address": args.cluster} if args.cluster else None}
     try:
         settings = load_settings(args.config, flags)
     except SettingsError as exc:
@@ -382,6 +383,9 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--models", type=Path, metavar="DIR",
                     help="model repository (default from config: the bundled configs/models)")
     sv.add_argument("--device", help="auto | cpu | cuda (default from config: auto)")
+    sv.add_argument("--cluster", metavar="ADDRESS", help="run the engine on the Ray cluster at ADDRESS "
+                    "(`ray start --head`'s host:port, or auto): an engine backend per GPU, or per node on a "
+                    "CPU-only cluster (default from config: none, all in this process)")
     sv.set_defaults(func=_serve)
     _add_remote_parsers(sub)
     _add_plugins(sub)

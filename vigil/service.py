@@ -21,6 +21,7 @@ import threading
 import time
 from typing import Callable
 
+from cluster.front import ClusterEngine, connect
 from engine.device import resolve_device
 from engine.engine import Engine
 from engine.repository import ModelRepository
@@ -55,8 +56,7 @@ class Vigil:
         self.storage = Storage(settings.data_dir / "vigil.db")
         self.repository = ModelRepository(settings.model_repository)
         self.device = resolve_device(settings.device)
-        self.engine = Engine(self.repository, self.device, policy=settings.policy, clock=clock,
-                             lanes=settings.lanes)
+        self.engine = _engine(settings, self.repository, self.device, clock)
         self.rollups = Rollups(settings.rollup_interval_s, wall_s)
         self.engine.metrics.listeners.append(self.rollups)
         governor = LoadGovernor()  # every stream's apps under one view of the shared engine
@@ -137,6 +137,12 @@ class Vigil:
             pass  # said in the log already; the events written before are safe
         self.storage.close()
 
+    def cluster_plan(self) -> dict:
+        """GET /v1/cluster: the global scheduler's plan and each backend's report."""
+        if not isinstance(self.engine, ClusterEngine):
+            raise NotFound("this server runs its engine in its own process (start it with --cluster)")
+        return self.engine.plan()
+
     def _save_rollups(self) -> None:
         while not self._stop.wait(self.settings.rollup_interval_s):
             try:
@@ -145,3 +151,11 @@ class Vigil:
                 pass  # said once by storage
             except Exception:
                 log.exception("could not save metric windows")
+
+
+def _engine(settings: Settings, repository: ModelRepository, device: str, clock: Callable[[], float]) -> Engine:
+    """In this process, or the front door's engine of a Ray cluster (cluster/front.py)."""
+    if settings.cluster is None:
+        return Engine(repository, device, policy=settings.policy, clock=clock, lanes=settings.lanes)
+    c = settings.cluster
+    return connect(c.address, repository, c.cpus_per_backend, c.beacon_s, clock)

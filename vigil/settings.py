@@ -163,6 +163,19 @@ class Recording(BaseModel):
     max_clip_s: float = Field(600.0, gt=0, le=3600, description="the longest clip one request may cut")
 
 
+class Cluster(BaseModel):
+    """A Ray cluster that runs the engine (cluster/front.py); streams, apps, storage and
+    the API stay in `vigil serve`'s process."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    address: str = Field(max_length=255, pattern=r"^(auto|[A-Za-z0-9._-]+:[0-9]{1,5})$",
+                         description="`ray start --head`'s address, host:port, or auto")
+    cpus_per_backend: float = Field(1.0, gt=0, le=1024, description="a backend's CPU slot on a cluster "
+                                                                    "without GPUs (one backend per GPU otherwise)")
+    beacon_s: float = Field(1.0, ge=0.05, le=60, description="heartbeats and the scheduler's checks")
+
+
 class Settings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
@@ -193,6 +206,7 @@ class Settings(BaseModel):
     sinks: Sinks = Field(default_factory=Sinks, description="where events go besides storage")
     snapshots: Snapshots = Field(default_factory=Snapshots)
     recording: Recording = Field(default_factory=Recording)
+    cluster: Cluster | None = Field(None, description="run the engine on a Ray cluster; null: in this process")
     cameras: tuple[Camera, ...] = Field((), max_length=1024, description="created at start, and changed by "
                                         "POST /v1/config/reload or SIGHUP")
 

@@ -89,7 +89,8 @@ def test_frames_sent_through_the_router_come_back_with_the_engines_detections(ro
         here = [engine.submit(Request("t", "scenedet", image, engine.clock(), SLO_MS, 2)).result(120).detections
                 for image in frames]
     assert sum(len(d) for d in here) > 0  # the frames have something to find
-    for (_, there), mine in zip(replies, here):
+    for (_, result), mine in zip(replies, here):
+        there = result.detections
         assert len(there) == len(mine)
         np.testing.assert_allclose(there.xyxy, mine.xyxy, atol=0.5)
         np.testing.assert_allclose(there.confidence, mine.confidence, atol=1e-3)

@@ -146,3 +146,24 @@ def test_a_small_session_replans_only_when_its_rate_moved_by_enough(rate, due):
     """A session of two requests a second reads 2.5 or 1.2 by chance: no plan for that."""
     epochs = Epochs(EpochPolicy(), planned_at_s=0.0)
     assert (epochs.due(15.0, {"a": rate}, {"a": 2.0}) is not None) is due
+
+
+def test_an_idle_session_keeps_a_device_at_its_minimum_rate_and_plans_no_epoch_for_idling():
+    """A camera app's model between bursts: planned at 0 it would lose its device (and
+    its backend would unload it), and its next frames would find no route for an epoch."""
+    g = _cluster(devices=2)
+    g.add_session(Workload("kept", 40.0, 200.0, _linear(3.0, 4.0), min_rate_rps=1.0), now_s=0.0)
+    g.add_session(Workload("loose", 40.0, 200.0, _linear(3.0, 4.0)), now_s=0.0)
+    for session in ("kept", "loose"):
+        g.report(session, 0.0)
+    assert g.tick(10.0) == "rate: kept"  # both left their band; the first named
+    assert sum(g.routes("kept").values()) == pytest.approx(1.0)
+    assert g.routes("loose") == {}
+    g.report("kept", 0.0)
+    g.report("loose", 0.0)
+    assert g.tick(25.0) is None  # idle at its minimum is no reason to plan again
+
+
+def test_a_minimum_rate_must_be_finite():
+    with pytest.raises(ValueError, match="min_rate_rps must be finite"):
+        Workload("s", 1.0, 200.0, _linear(3.0, 4.0), min_rate_rps=float("inf"))

@@ -133,3 +133,45 @@ class VigilServer:
 
     def logs(self) -> str:
         return self.log.read_text()
+
+
+class RayHead:
+    """`ray start --head --block` on loopback with its own ports and temp dir, as a user
+    starts a cluster's first node (here with logical GPUs); stopped by signalling its
+    process group, so that no other Ray on the machine is touched (`ray stop` would)."""
+
+    def __init__(self, temp_dir: Path, num_cpus: int = 1, num_gpus: int = 1) -> None:
+        self.port = free_port()
+        self.temp_dir = temp_dir
+        self.num_cpus, self.num_gpus = num_cpus, num_gpus
+        self.log = temp_dir.parent / f"{temp_dir.name}-ray.log"
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self, timeout_s: float = 120.0) -> "RayHead":
+        ray = Path(sys.executable).with_name("ray")
+        # Ray resolves 127.0.0.1 to the host's routable address unless told the cluster is one host
+        env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+        self._log = open(self.log, "a")
+        self.proc = subprocess.Popen(
+            [str(ray), "start", "--head", "--block", "--node-ip-address", "127.0.0.1", "--port", str(self.port),
+             "--num-cpus", str(self.num_cpus), "--num-gpus", str(self.num_gpus), "--temp-dir", str(self.temp_dir),
+             "--include-dashboard", "false", "--disable-usage-stats"],
+            env=env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
+        wait_for(lambda: self.proc.poll() is None and "Ray runtime started" in self.log.read_text(), timeout_s,
+                 f"ray start --head (log {self.log})")
+        return self
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        os.killpg(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(5)
+        self._log.close()

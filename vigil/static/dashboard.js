@@ -72,3 +72,27 @@ async function captions() {
 }
 captions();
 setInterval(captions, 5000);
+
+// Where the engine runs when the server was started with --cluster (GET /v1/cluster;
+// 404 otherwise, and the section stays hidden): the global scheduler's plan.
+async function cluster() {
+  try {
+    const r = await fetch("/v1/cluster");
+    if (r.status === 404) return;
+    const c = await r.json();
+    document.getElementById("cluster").hidden = false;
+    const last = c.history.length ? c.history[c.history.length - 1] : null;
+    document.getElementById("cluster-plan").textContent = `${c.address} · ${c.devices_used} of ` +
+      `${c.backends.length} backends used (lower bound ${c.lower_bound})` + (last ? ` · last plan: ${last.reason}` : "");
+    document.querySelector("#cluster-devices tbody").innerHTML = c.devices.map((d) =>
+      `<tr><td>${esc(d.device)}</td><td>${d.duty_ms.toFixed(0)} ms</td><td>${pct(d.occupancy)}</td>
+       <td>${d.sessions.map((s) => `<span class="session">${esc(s.session)}</span> ` +
+         `(${s.rate_rps.toFixed(1)}/s, ${s.batch})`).join(", ")}</td></tr>`).join("");
+    const lost = c.lost.map((l) => esc(l.device)).join(", ");
+    document.getElementById("cluster-unplaced").textContent =
+      (c.unplaced.length ? `unplaced: ${c.unplaced.map((u) => `${u.session} ${u.rate_rps}/s`).join(", ")}. ` : "") +
+      (lost ? `lost backends: ${lost}` : "");
+  } catch (e) { /* the next round will try again */ }
+}
+cluster();
+setInterval(cluster, 5000);
