@@ -18,8 +18,10 @@ def register(sub) -> None:
                        help="ingest: vigil run vs a plain decode+detect loop; engine: scheduling policies and peers; "
                             "llm: iteration-level vs static and request-level batching; serve: `vigil serve` with "
                             "1 to 16 cameras sharing a model, beside the engine alone; cluster: the scheduler, "
-                            "backends and routers on a local Ray cluster of 4 nodes (--sim: the placement planner at "
-                            "16 to 1000 devices in a simulation)")
+                            "backends and routers on a local Ray cluster of 4 nodes, Ray Serve on the same "
+                            "workload, the real SceneDet on an engine backend, and `vigil serve --cluster` beside "
+                            "`vigil serve` (--sim: only the placement planner at 16 to 1000 devices in a "
+                            "simulation)")
     bench.add_argument("--json", type=Path, metavar="FILE", help="also write the result here")
     bench.add_argument("--source", default="sample_videos/street_a.mp4", help="clip to use")
     bench.add_argument("--detector", default="scenedet", help="detector for both sides")
@@ -108,7 +110,8 @@ def run(args: argparse.Namespace) -> int:
                 from bench.cluster_ray import ClusterBenchOptions, format_cluster_report, run_cluster_bench
 
                 options = ClusterBenchOptions(sim_devices=tuple(args.sim_devices),
-                                              **({"steady_s": 8.0, "step_s": 10.0, "failover_s": 8.0}
+                                              **({"steady_s": 8.0, "step_s": 10.0, "failover_s": 8.0,
+                                                  "front_cameras": 4, "front_window_s": 10.0, "front_repeats": 1}
                                                  if args.quick else {}))
                 result = run_cluster_bench(options, log=lambda m: print(m, file=sys.stderr, flush=True))
                 print(format_cluster_report(result), file=sys.stderr)

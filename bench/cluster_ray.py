@@ -46,6 +46,7 @@ from engine.epochs import EpochPolicy
 from engine.placement import Workload, max_throughput_rps
 
 OVERHEAD_MS = 40.0  # of each SLO, kept for Ray's two crossings and the router's tick
+FRONT_WARMUP_S = 25.0  # the front-door phase: before its window, as the serve bench warms up
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,10 @@ class ClusterBenchOptions:
     serve_time_scale: float = 200.0
     engine_s: float = 15.0  # then the real SceneDet on a backend running Vigil's engine, this long (0: skip)
     engine_rate_rps: float = 20.0
+    # then `vigil serve --cluster` beside `vigil serve` with this many cameras (0: skip)
+    front_cameras: int = 8
+    front_window_s: float = 30.0
+    front_repeats: int = 2
 
     def __post_init__(self) -> None:
         if not (2 <= self.nodes <= 16 and 1 <= self.gpus_per_node <= 16):
@@ -82,6 +87,8 @@ class ClusterBenchOptions:
             raise ValueError("time_scale and serve_time_scale must be in [1, 1000]")
         if not (self.engine_s == 0 or 1.0 <= self.engine_s <= 600) or not (0 < self.engine_rate_rps <= 1000):
             raise ValueError("engine_s must be 0 or in [1, 600], and engine_rate_rps in (0, 1000]")
+        if not (0 <= self.front_cameras <= 64 and 1.0 <= self.front_window_s <= 600 and 1 <= self.front_repeats <= 10):
+            raise ValueError("front_cameras must be in [0, 64], front_window_s in [1, 600] and front_repeats in [1, 10]")
 
 
 def _workload(options: ClusterBenchOptions) -> tuple[list[Workload], dict[str, float]]:
@@ -116,6 +123,11 @@ def run_cluster_bench(options: ClusterBenchOptions, log: Callable[[str], None] =
         from bench.cluster_engine import engine_phase
 
         result["engine"] = engine_phase(options.engine_s, options.engine_rate_rps, options.seed, log)
+    if options.front_cameras:
+        from bench.cluster_front import front_phase
+
+        result["front"] = front_phase(options.front_cameras, options.front_window_s, FRONT_WARMUP_S,
+                                      options.front_repeats, log)
     log("simulation")
     result["sim"] = run_sim(SimOptions(devices=options.sim_devices, seconds=2.0), log)["sim"]
     return result
@@ -221,6 +233,13 @@ def format_cluster_report(result: dict) -> str:
     if engine:
         lines += ["", "| real SceneDet on an engine backend | frames/s | attainment |", "|---|---|---|",
                   f"| {engine['session']} | {engine['rate_rps']} | {engine['attainment']} |"]
+    front = result.get("front")
+    if front:
+        lines += ["", "| cameras | goodput, vigil serve | goodput, --cluster | ratio | priority camera, one process "
+                  "| priority camera, --cluster |", "|---|---|---|---|---|---|",
+                  f"| {front['cameras']} | {front['local_goodput_fps']} | {front['cluster_goodput_fps']} | "
+                  f"{front['cluster_vs_local']} | {front['local_high_attainment']} | "
+                  f"{front['cluster_high_attainment']} |"]
     sim = result["sim"]
     lines += ["", "| simulated devices | efficiency | attainment |", "|---|---|---|"]
     lines += [f"| {d} | {e} | {a} |" for d, e, a in zip(sim["devices"], sim["efficiency"], sim["attainment"])]

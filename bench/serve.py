@@ -67,9 +67,10 @@ class ServeBenchOptions:
 
 class _Server:
     """`vigil serve` in its own process, the way a user starts it (the vision path; with
-    `captions`, scene-lm captions every stream too)."""
+    `captions`, scene-lm captions every stream too; with `cluster`, its engine on the
+    Ray cluster at that address)."""
 
-    def __init__(self, workdir: Path, device: str, captions: bool = False) -> None:
+    def __init__(self, workdir: Path, device: str, captions: bool = False, cluster: str | None = None) -> None:
         self.port = free_ports(1)[0]
         self.url = f"http://127.0.0.1:{self.port}"
         config = workdir / "vigil.yaml"
@@ -78,7 +79,8 @@ class _Server:
         config.write_text(yaml.safe_dump({**llm, "limits": {"media_dirs": [str(SAMPLES_DIR)]}}))
         self.server = Launched("vigil serve", [sys.executable, "-m", "vigil", "serve", "--config", str(config),
                                                "--port", str(self.port), "--grpc-port", "0", "--data-dir",
-                                               str(workdir / "data"), "--device", device],
+                                               str(workdir / "data"), "--device", device,
+                                               *(["--cluster", cluster] if cluster else [])],
                                ROOT, workdir / "serve.log", f"{self.url}/readyz", 120)
         self.proc = self.server.proc
 
@@ -123,9 +125,10 @@ def settled(before: dict, after: dict) -> int:
     return after["completed"] - before["completed"] + dropped
 
 
-def measure_point(n: int, options: ServeBenchOptions, log: Callable[[str], None], captions: bool = False) -> dict:
+def measure_point(n: int, options: ServeBenchOptions, log: Callable[[str], None], captions: bool = False,
+                  cluster: str | None = None) -> dict:
     with tempfile.TemporaryDirectory(prefix="vigil-bench-serve-") as tmp:
-        server = _Server(Path(tmp), options.device, captions)
+        server = _Server(Path(tmp), options.device, captions, cluster)
         try:
             with httpx.Client(base_url=server.url, timeout=60) as api:
                 # loaded (and on a fresh clone profiled) before any stream decodes: a
@@ -168,7 +171,7 @@ def measure_point(n: int, options: ServeBenchOptions, log: Callable[[str], None]
         steps = {k: guest[k] - guest_before[k] for k in ("guest_steps_by_share", "guest_steps_in_slack")}
         point.update(captions_per_min=round(60 * written / elapsed, 2), llm_steps=steps,
                      llm_share_since_start=guest["guest_share"])
-    log(f"  N={n}{' with captions' if captions else ''}: goodput {point['goodput_fps']} frames/s, "
+    log(f"  N={n}{' with captions' if captions else ''}{' on the cluster' if cluster else ''}: goodput {point['goodput_fps']} frames/s, "
         f"high {point['high_attainment']}, low {point['low_attainment']}, p99 all {point['p99_all_ms']}, "
         f"rss {point['rss_mb']} MB (x{point['rss_growth']}), cpu {point['cpu_pct']}%, steal {point['cpu_steal']}"
         + (f", {point['captions_per_min']} captions/min, LLM steps {point['llm_steps']}" if captions else ""))

@@ -15,8 +15,8 @@ adaptive request gets the latest: selection by load is a one-device mechanism), 
 sends the requests of each session as one group through the router, each with what
 it asks (`Asked`) and the time it has left less the round trip to the backend and back
 (learnt from the answers), so that the backend's early drop and batching judge by
-the deadline that counts here. A block's requests for several apps on one frame carry the same
-input key and so share the backbone on the backend. Results and drops come back on
+the deadline that counts here. A block's requests for several apps on one frame carry
+the same input key and so share the backbone on the backend. Results and drops come back on
 the router's collector thread; the front door counts them in its own metrics, with
 latency from capture to the answer here, so the dashboard and the load governor see
 what the cameras' owners see. A request the cluster cannot take now is dropped with
@@ -124,6 +124,11 @@ class ClusterEngine(Engine):
                 if devices and all(session in r["sessions"] and session.partition(":")[0] not in r["loading"]
                                    for r in reports):
                     waiting.discard(session)
+            unplaced = {u["session"] for u in ray.get(self.scheduler.plan.remote(), timeout=10)["unplaced"]}
+            for session in [s for s in waiting if s in unplaced and not self.router.devices(s)]:
+                log.warning("cluster: %s has no device: the cluster's are full (GET /v1/cluster shows the plan); "
+                            "its requests are dropped as unrouted until an epoch places it", session)
+                waiting.discard(session)
             if waiting:
                 time.sleep(0.2)
         if waiting:
@@ -208,7 +213,7 @@ class ClusterEngine(Engine):
 
     # -- reports ------------------------------------------------------------------------------------
     def plan(self) -> dict:
-        """The scheduler's plan, and each backend's report (None: it did not answer)."""
+        """The scheduler's plan, and each backend's report (an error for one that did not answer)."""
         import ray
 
         plan = ray.get(self.scheduler.plan.remote(), timeout=10)
@@ -222,8 +227,10 @@ class ClusterEngine(Engine):
                 "router": {"version": self.router.version, "outcomes": dict(self.router.outcomes)}}
 
     def load_report(self) -> dict:
-        return {"device": "cluster", "address": self.address, "backends": sorted(self.backends),
-                "router_outcomes": dict(self.router.outcomes)}
+        """This process's engine (it runs no frame: its guest, the LLM, has the device to
+        itself) and where the frames go."""
+        return {**super().load_report(), "device": "cluster", "address": self.address,
+                "backends": sorted(self.backends), "router_outcomes": dict(self.router.outcomes)}
 
     def close(self, drain: bool = True, timeout_s: float = 30.0) -> None:
         """The router first (what is in flight fails as backend_lost), then the local

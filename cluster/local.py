@@ -1,5 +1,6 @@
 """A Ray cluster of several nodes on this machine, on loopback: for the cluster bench
-and tests (each node a raylet of its own, with logical GPUs).
+and tests (each node a raylet of its own, with logical GPUs), in this process
+(`local_cluster`) or started as a user starts one (`RayHead`: `ray start --head`).
 
 Ray turns 127.0.0.1 into the host's routable address before it connects, so a driver
 on a host whose routable address refuses local connections (a sandbox, a firewall)
@@ -13,8 +14,13 @@ started from this process, inherit it). A real cluster across hosts is started w
 from __future__ import annotations
 
 import os
+import signal
+import socket
+import subprocess
 import sys
+import time
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Iterator
 
 LOOPBACK_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
@@ -56,3 +62,51 @@ def local_cluster(nodes: int, gpus_per_node: int, health_period_ms: int = 500, f
             ray.shutdown()
     finally:
         cluster.shutdown()
+
+
+class RayHead:
+    """`ray start --head --block` on loopback with its own port and temp dir, as a user
+    starts a cluster's first node (here with logical GPUs); stopped by signalling its
+    process group, so that no other Ray on the machine is touched (`ray stop` would)."""
+
+    def __init__(self, temp_dir: Path, num_cpus: int = 1, num_gpus: int = 1) -> None:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.temp_dir = temp_dir
+        self.num_cpus, self.num_gpus = num_cpus, num_gpus
+        self.log = temp_dir.parent / f"{temp_dir.name}-ray.log"
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self, timeout_s: float = 120.0) -> "RayHead":
+        ray = Path(sys.executable).with_name("ray")
+        env = {**os.environ, LOOPBACK_ENV: "0"}  # see the module docstring
+        self._log = open(self.log, "a")
+        self.proc = subprocess.Popen(
+            [str(ray), "start", "--head", "--block", "--node-ip-address", "127.0.0.1", "--port", str(self.port),
+             "--num-cpus", str(self.num_cpus), "--num-gpus", str(self.num_gpus), "--temp-dir", str(self.temp_dir),
+             "--include-dashboard", "false", "--disable-usage-stats"],
+            env=env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + timeout_s
+        while "Ray runtime started" not in self.log.read_text():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"ray start --head did not start; {self.log} ends: {self.log.read_text()[-2000:]}")
+            time.sleep(0.3)
+        return self
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(5)
+        self._log.close()
