@@ -8,7 +8,8 @@ plans the cluster again when an epoch is due (engine/epochs.py) with the planner
 beacon has reported one (its estimate before), and at no less than its `min_rate_rps`
 (a session that must keep its device while idle); a lost backend is removed and
 everything placed again at once. Each session's route table maps devices to the rates
-the plan gave them: the routers' weights (engine/routing.py). Every plan is kept in `history` with why it was made.
+the plan gave them: the routers' weights (engine/routing.py). Every plan is kept in
+`history` with why it was made.
 """
 
 from __future__ import annotations
@@ -87,7 +88,7 @@ class GlobalScheduler:
         # session the devices could not wholly take would otherwise be planned again
         # every epoch to the same end
         planned = {s: self.planned_rps.get(s, 0.0) for s in self.sessions}
-        observed = {s: max(self.sessions[s].min_rate_rps, r) for s, r in self.observed_rps.items()}
+        observed = {s: self._rate(self.sessions[s]) for s in self.observed_rps}
         reason = self.epochs.due(now_s, observed, planned)
         if reason is not None:
             self._plan(now_s, reason)
@@ -107,9 +108,14 @@ class GlobalScheduler:
         """What a backend runs: its duty cycle and sessions with their batches."""
         return next((d for d in self.placement.devices if d.device_id == device_id), None)
 
+    def _rate(self, w: Workload) -> float:
+        """The rate a session is planned at: observed once reported, else estimated, and
+        never under its minimum."""
+        return max(w.min_rate_rps, self.observed_rps.get(w.session, w.rate_rps))
+
     def _plan(self, now_s: float, reason: str) -> None:
-        workloads = [Workload(w.session, max(w.min_rate_rps, self.observed_rps.get(w.session, w.rate_rps)), w.slo_ms,
-                              w.profile, w.memory_mb, w.prefix, w.min_rate_rps) for w in self.sessions.values()]
+        workloads = [Workload(w.session, self._rate(w), w.slo_ms, w.profile, w.memory_mb, w.prefix, w.min_rate_rps)
+                     for w in self.sessions.values()]
         self.planned_rps = {w.session: w.rate_rps for w in workloads}
         devices = [self.backends[d] for d in sorted(self.backends)]
         self.placement = place(workloads, devices, self.prefixes, self.max_occupancy, previous=self.placement)
