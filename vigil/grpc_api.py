@@ -23,6 +23,7 @@ import numpy as np
 from apps.spec import MAX_SLO_MS
 from engine.detections import Detections
 from engine.requests import Dropped, Request
+from vigil.jpeg import rgb_jpeg
 from vigil.proto import vigil_pb2 as pb
 from vigil.proto import vigil_pb2_grpc as pb_grpc
 
@@ -98,8 +99,7 @@ def decode_image(image: pb.Image, max_pixels: int = 4096 * 4096) -> np.ndarray:
 def encode_image(rgb: np.ndarray, raw: bool = False) -> pb.Image:
     if raw:
         return pb.Image(pixels=pb.Tensor(shape=list(rgb.shape), dtype="uint8", data=np.ascontiguousarray(rgb).tobytes()))
-    ok, jpeg = cv2.imencode(".jpg", cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR), [cv2.IMWRITE_JPEG_QUALITY, 90])
-    return pb.Image(encoded=jpeg.tobytes())
+    return pb.Image(encoded=rgb_jpeg(rgb, 90))
 
 
 def _version_ref(spec: pb.ModelSpec) -> int | str | None:

@@ -12,10 +12,10 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
-import cv2
 import numpy as np
 
 from apps.annotate import Overlay, draw_overlay
+from vigil.jpeg import rgb_jpeg
 
 JPEG_QUALITY = 80
 
@@ -52,9 +52,5 @@ class LiveFrames:
         if kept.jpeg is None:  # two first requests may both encode: the same bytes, no harm
             img = kept.pixels.copy()
             draw_overlay(img, kept.drawn, kept.color_index)
-            ok, encoded = cv2.imencode(".jpg", cv2.cvtColor(img, cv2.COLOR_RGB2BGR),
-                                       [cv2.IMWRITE_JPEG_QUALITY, JPEG_QUALITY])
-            if not ok:
-                raise RuntimeError(f"app {app}: its frame could not be encoded as JPEG")
-            kept.jpeg = encoded.tobytes()
+            kept.jpeg = rgb_jpeg(img, JPEG_QUALITY)
         return kept.jpeg
