@@ -13,6 +13,7 @@ started from this process, inherit it). A real cluster across hosts is started w
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -66,15 +67,19 @@ def local_cluster(nodes: int, gpus_per_node: int, health_period_ms: int = 500, f
 
 class RayHead:
     """`ray start --head --block` on loopback with its own port and temp dir, as a user
-    starts a cluster's first node (here with logical GPUs); stopped by signalling its
-    process group, so that no other Ray on the machine is touched (`ray stop` would)."""
+    starts a cluster's first node (here with logical GPUs, and health checks tuned as
+    `local_cluster`'s); stopped by signalling its process group, so that no other Ray on
+    the machine is touched (`ray stop` would)."""
 
-    def __init__(self, temp_dir: Path, num_cpus: int = 1, num_gpus: int = 1) -> None:
+    def __init__(self, temp_dir: Path, num_cpus: int = 1, num_gpus: int = 1, health_period_ms: int = 500,
+                 failure_threshold: int = 3) -> None:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
         self.temp_dir = temp_dir
         self.num_cpus, self.num_gpus = num_cpus, num_gpus
+        self.system_config = json.dumps({"health_check_period_ms": health_period_ms,
+                                         "health_check_failure_threshold": failure_threshold})
         self.log = temp_dir.parent / f"{temp_dir.name}-ray.log"
         self.proc: subprocess.Popen | None = None
 
@@ -89,7 +94,7 @@ class RayHead:
         self.proc = subprocess.Popen(
             [str(ray), "start", "--head", "--block", "--node-ip-address", "127.0.0.1", "--port", str(self.port),
              "--num-cpus", str(self.num_cpus), "--num-gpus", str(self.num_gpus), "--temp-dir", str(self.temp_dir),
-             "--include-dashboard", "false", "--disable-usage-stats"],
+             "--include-dashboard", "false", "--disable-usage-stats", "--system-config", self.system_config],
             env=env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + timeout_s
         while "Ray runtime started" not in self.log.read_text():
