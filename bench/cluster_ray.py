@@ -87,8 +87,10 @@ class ClusterBenchOptions:
             raise ValueError("time_scale and serve_time_scale must be in [1, 1000]")
         if not (self.engine_s == 0 or 1.0 <= self.engine_s <= 600) or not (0 < self.engine_rate_rps <= 1000):
             raise ValueError("engine_s must be 0 or in [1, 600], and engine_rate_rps in (0, 1000]")
-        if not (0 <= self.front_cameras <= 64 and 1.0 <= self.front_window_s <= 600 and 1 <= self.front_repeats <= 10):
-            raise ValueError("front_cameras must be in [0, 64], front_window_s in [1, 600] and front_repeats in [1, 10]")
+        if not (0 <= self.front_cameras <= 64 and 1.0 <= self.front_window_s <= 600
+                and 1 <= self.front_repeats <= 10):
+            raise ValueError("front_cameras must be in [0, 64], front_window_s in [1, 600] and front_repeats "
+                             "in [1, 10]")
 
 
 def _workload(options: ClusterBenchOptions) -> tuple[list[Workload], dict[str, float]]:

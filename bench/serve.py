@@ -171,7 +171,8 @@ def measure_point(n: int, options: ServeBenchOptions, log: Callable[[str], None]
         steps = {k: guest[k] - guest_before[k] for k in ("guest_steps_by_share", "guest_steps_in_slack")}
         point.update(captions_per_min=round(60 * written / elapsed, 2), llm_steps=steps,
                      llm_share_since_start=guest["guest_share"])
-    log(f"  N={n}{' with captions' if captions else ''}{' on the cluster' if cluster else ''}: goodput {point['goodput_fps']} frames/s, "
+    where = (" with captions" if captions else "") + (" on the cluster" if cluster else "")
+    log(f"  N={n}{where}: goodput {point['goodput_fps']} frames/s, "
         f"high {point['high_attainment']}, low {point['low_attainment']}, p99 all {point['p99_all_ms']}, "
         f"rss {point['rss_mb']} MB (x{point['rss_growth']}), cpu {point['cpu_pct']}%, steal {point['cpu_steal']}"
         + (f", {point['captions_per_min']} captions/min, LLM steps {point['llm_steps']}" if captions else ""))

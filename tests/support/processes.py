@@ -133,4 +133,3 @@ class VigilServer:
 
     def logs(self) -> str:
         return self.log.read_text()
-
