@@ -12,6 +12,14 @@ seen, and the trace is checked against the eager result on that same input. A mo
 that cannot be traced, whose control flow depends on values (the tracer warns), or
 whose trace disagrees runs eagerly from then on. The cache is bounded: shapes past
 `MAX_SHAPES` run eagerly.
+
+A trace usually holds for every batch size: the tracer records the batch dimension as
+it is read, not as a constant. Tracing costs 5-15 batches' time (0.2-0.7 s for a
+SceneDet backbone batch on one core), and `vigil serve` meets new batch sizes for
+minutes, so each new size stalled a lane and shed a burst of frames. So the first
+trace of a resolution is tried on the next batch size seen, against eager: if it
+agrees, it serves every batch size of that resolution from then on; if not (it baked
+its batch size in), each size is traced as above.
 """
 
 from __future__ import annotations
@@ -33,6 +41,13 @@ def shape_key(x: Any) -> Hashable:
     return tuple(x.shape), str(x.dtype)
 
 
+def family_key(x: Any) -> Hashable:
+    """The input's shape less its batch dimension: the inputs one batch-generic trace serves."""
+    if isinstance(x, dict):
+        return tuple((k, tuple(v.shape[1:]), str(v.dtype)) for k, v in sorted(x.items()))
+    return tuple(x.shape[1:]), str(x.dtype)
+
+
 def _same(a: Any, b: Any) -> bool:
     import torch
 
@@ -46,12 +61,17 @@ def _same(a: Any, b: Any) -> bool:
 
 
 class TracedModule:
-    """Calls `module` under inference mode through a per-shape TorchScript trace."""
+    """Calls `module` under inference mode through a TorchScript trace per resolution
+    (per input shape where a trace holds for one batch size only)."""
 
     def __init__(self, module, name: str = "") -> None:
         self.module = module
         self.name = name
         self._traces: dict[Hashable, Any] = {}  # shape -> trace, or None: run eagerly
+        # shape less batch -> the first trace made for it, until tried at a second batch size
+        self._untried: dict[Hashable, Any] = {}
+        # shape less batch -> a trace that held at two batch sizes, or None: trace each size
+        self._generic: dict[Hashable, Any] = {}
         self._lock = threading.Lock()
         self.enabled = True
 
@@ -60,6 +80,9 @@ class TracedModule:
 
         key = shape_key(x)
         trace = self._traces.get(key, False)
+        if trace is False:
+            generic = self._generic.get(family_key(x))
+            trace = False if generic is None else generic
         with torch.inference_mode():
             if trace is False:
                 return self._first(key, x)
@@ -73,6 +96,14 @@ class TracedModule:
         with self._lock:
             if not self.enabled or len(self._traces) >= MAX_SHAPES:
                 self._traces.setdefault(key, None)
+                return eager
+            family = family_key(x)
+            untried = self._untried.pop(family, None)
+        if untried is not None:
+            generic = self._holds(untried, x, eager)
+            with self._lock:
+                self._generic[family] = untried if generic else None
+            if generic:
                 return eager
         trace = None
         try:
@@ -95,4 +126,16 @@ class TracedModule:
             self._traces[key] = trace
             if trace is None:
                 self.enabled = False  # what failed for one shape fails for the others: do not retry
+            elif family not in self._generic:
+                self._untried.setdefault(family, trace)
         return eager
+
+    def _holds(self, trace: Any, x: Any, eager: Any) -> bool:
+        """Whether a trace made at another batch size gives eager's result on `x`."""
+        try:
+            if _same(eager, trace(x)):
+                return True
+        except Exception:  # e.g. a list unpacked to the traced batch's length
+            pass
+        log.info("fragment %s: its trace holds for one batch size only; each size is traced", self.name)
+        return False
