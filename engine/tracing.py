@@ -14,10 +14,10 @@ whose trace disagrees runs eagerly from then on. The cache is bounded: shapes pa
 `MAX_SHAPES` run eagerly.
 
 A trace usually holds for every batch size: the tracer records the batch dimension as
-it is read, not as a constant. Tracing costs 5-15 batches' time (0.2-0.7 s for a
+it is read, not as a constant. Tracing costs 3-8 batches' time (0.2-0.7 s for a
 SceneDet backbone batch on one core), and `vigil serve` meets new batch sizes for
-minutes, so each new size stalled a lane and shed a burst of frames. So the first
-trace of a resolution is tried on the next batch size seen, against eager: if it
+minutes: tracing each one on a serving lane stalls it and sheds a burst of frames. So
+the first trace of a resolution is tried on the next batch size seen, against eager: if it
 agrees, it serves every batch size of that resolution from then on; if not (it baked
 its batch size in), each size is traced as above.
 """
