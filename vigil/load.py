@@ -7,9 +7,10 @@ or its rate is lowered, and stops being so once under `CALM_AT` at its full rate
 
 An app that declares `min_fps` has its sampled rate controlled as TCP controls its
 window (AIMD, as in VideoStorm's and Chameleon's frame-rate degradation): when it or an
-app of equal or higher priority has just shed frames, its rate is cut, at most once per
-`HOLD_S` (the frames sampled before the cut take about that long to come back, so one
-congestion episode cuts once); once `HOLD_S` has passed with no such shed, the rate
+app of equal or higher priority has just shed frames (a block above `OVERLOADED_AT`,
+and more than `SHED_TOLERANCE` of its last `FRAMES_SEEN` or so), its rate is cut, at
+most once per `HOLD_S` (the frames sampled before the cut take about that long to come
+back, so one congestion episode cuts once); once `HOLD_S` has passed with no such shed, the rate
 grows by `INCREASE_PER_S` of its full rate per second. So the sum of the rates probes
 the device's capacity and settles just under it, whatever that capacity is on this
 machine. The cut grows with the congestion, as DCTCP's window does: the rate is
@@ -42,6 +43,11 @@ CALM_AT = 0.01  # shed share under which an app counts as calm
 DECREASE = 0.9  # a degrading app's rate is multiplied by at most this per congestion episode...
 DEEPEST_CUT = 0.5  # ... and by at least this, when nearly everything is shed
 HOLD_S = 2.0  # one cut per episode: a block plus a 1 s SLO pass before a cut shows in what is shed
+# A cut needs more than this share shed over an app's last ~FRAMES_SEEN frames: a lone
+# frame late in a latency tail is not congestion, and cutting every low app's rate for
+# it left the device idle a fifth of the time
+SHED_TOLERANCE = 0.04
+FRAMES_SEEN = 30
 INCREASE_PER_S = 0.05  # of its full rate, given back per calm second
 
 
@@ -52,6 +58,7 @@ class AppLoad:
     min_fps: float | None
     rate_fps: float
     shed_share: float = 0.0
+    recent_shed: float = 0.0  # share shed over its last ~FRAMES_SEEN frames (an EWMA per frame)
     overloaded: bool = False
     last_report: float | None = None
     last_shed: float = float("-inf")  # when a block of its shed more than OVERLOADED_AT
@@ -85,7 +92,9 @@ class LoadGovernor:
             if sampled > 0:
                 share = min(1.0, shed / sampled)
                 state.shed_share = (1 - ALPHA) * state.shed_share + ALPHA * share
-                if share > OVERLOADED_AT:
+                weight = 1.0 - (1.0 - 1.0 / FRAMES_SEEN) ** sampled
+                state.recent_shed = (1 - weight) * state.recent_shed + weight * share
+                if share > OVERLOADED_AT and state.recent_shed > SHED_TOLERANCE:
                     state.last_shed = now
             elapsed = 0.0 if state.last_report is None else max(0.0, now - state.last_report)
             state.last_report = now

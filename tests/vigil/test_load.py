@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 
-from vigil.load import DECREASE, DEEPEST_CUT, HOLD_S, LoadGovernor
+from vigil.load import DECREASE, DEEPEST_CUT, FRAMES_SEEN, HOLD_S, LoadGovernor
 
 BLOCK_S = 0.5  # stream time between one app's reports
 
@@ -74,6 +74,21 @@ def test_one_congestion_episode_cuts_once_and_recovery_waits_for_the_hold():
     last_shed = 3 * BLOCK_S
     assert all(rate == rates[-1] for t, rate in calm if t - last_shed < HOLD_S)
     assert calm[-1][1] > rates[-1]
+
+
+def test_a_lone_late_frame_cuts_no_rate_but_repeated_shedding_does():
+    clock = Clock()
+    g = LoadGovernor(clock=clock)
+    rates = []
+    for block in range(3 * FRAMES_SEEN // 2):  # six windows of frames, one frame shed in every other
+        clock.now += BLOCK_S
+        rates.append(g.report("low", 0, 10.0, 2.0, sampled=4, shed=1 if block % (FRAMES_SEEN // 2) == 3 else 0))
+    # a frame in a latency tail is not congestion: cutting every low app for it left the device idle
+    assert rates == [10.0] * len(rates)
+    clock.now += BLOCK_S
+    g.report("low", 0, 10.0, 2.0, sampled=4, shed=1)
+    clock.now += BLOCK_S
+    assert g.report("low", 0, 10.0, 2.0, sampled=4, shed=1) < 10.0
 
 
 def test_min_fps_above_fps_never_lowers_it():
