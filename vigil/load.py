@@ -10,8 +10,8 @@ window (AIMD, as in VideoStorm's and Chameleon's frame-rate degradation): when i
 app of equal or higher priority has just shed frames (a block above `OVERLOADED_AT`,
 and more than `SHED_TOLERANCE` of its last `FRAMES_SEEN` or so), its rate is cut, at
 most once per `HOLD_S` (the frames sampled before the cut take about that long to come
-back, so one congestion episode cuts once); once `HOLD_S` has passed with no such shed, the rate
-grows by `INCREASE_PER_S` of its full rate per second. So the sum of the rates probes
+back, so one congestion episode cuts once); once `HOLD_S` has passed with no such shed,
+the rate grows by `INCREASE_PER_S` of its full rate per second. So the sum of the rates probes
 the device's capacity and settles just under it, whatever that capacity is on this
 machine. The cut grows with the congestion, as DCTCP's window does: the rate is
 multiplied by 1 - s/2 (s: the largest shed share among those apps), never by more than

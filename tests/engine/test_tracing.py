@@ -58,7 +58,7 @@ def test_one_trace_serves_every_batch_size_of_a_resolution():
         got, want = traced(x), net(x)
         assert torch.allclose(got["a"], want["a"], atol=1e-5) and torch.allclose(got["b"], want["b"], atol=1e-5)
     # traced once (at the first size), tried once (at the second), then reused: tracing
-    # each new batch size stalled a serving lane for 5-15 batches' time
+    # each new batch size stalls a serving lane for 3-8 batches' time
     assert len(traced._traces) == 1
     assert traced._generic[((3, 16, 24), "torch.float32")] is traced._traces[((2, 3, 16, 24), "torch.float32")]
 
