@@ -35,17 +35,16 @@ MAX_SHAPES = 64  # traced input shapes kept per fragment (batch sizes x resoluti
 RTOL, ATOL = 1e-4, 1e-4
 
 
-def shape_key(x: Any) -> Hashable:
+def shape_key(x: Any, skip: int = 0) -> Hashable:
+    """The input's shapes and dtypes, less their first `skip` dimensions (1: the batch,
+    which gives the inputs one batch-generic trace serves)."""
     if isinstance(x, dict):
-        return tuple((k, tuple(v.shape), str(v.dtype)) for k, v in sorted(x.items()))
-    return tuple(x.shape), str(x.dtype)
+        return tuple((k, tuple(v.shape[skip:]), str(v.dtype)) for k, v in sorted(x.items()))
+    return tuple(x.shape[skip:]), str(x.dtype)
 
 
 def family_key(x: Any) -> Hashable:
-    """The input's shape less its batch dimension: the inputs one batch-generic trace serves."""
-    if isinstance(x, dict):
-        return tuple((k, tuple(v.shape[1:]), str(v.dtype)) for k, v in sorted(x.items()))
-    return tuple(x.shape[1:]), str(x.dtype)
+    return shape_key(x, skip=1)
 
 
 def _same(a: Any, b: Any) -> bool:

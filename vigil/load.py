@@ -11,9 +11,9 @@ app of equal or higher priority has just shed frames (a block above `OVERLOADED_
 and more than `SHED_TOLERANCE` of its last `FRAMES_SEEN` or so), its rate is cut, at
 most once per `HOLD_S` (the frames sampled before the cut take about that long to come
 back, so one congestion episode cuts once); once `HOLD_S` has passed with no such shed,
-the rate grows by `INCREASE_PER_S` of its full rate per second. So the sum of the rates probes
-the device's capacity and settles just under it, whatever that capacity is on this
-machine. The cut grows with the congestion, as DCTCP's window does: the rate is
+the rate grows by `INCREASE_PER_S` of its full rate per second. So the sum of the rates
+probes the device's capacity and settles just under it, whatever that capacity is on
+this machine. The cut grows with the congestion, as DCTCP's window does: the rate is
 multiplied by 1 - s/2 (s: the largest shed share among those apps), never by more than
 `DECREASE` nor less than `DEEPEST_CUT`. Near capacity, where a few frames are shed, that
 is `DECREASE`; sixteen cameras that start at once, three times over capacity, are under
@@ -61,7 +61,7 @@ class AppLoad:
     recent_shed: float = 0.0  # share shed over its last ~FRAMES_SEEN frames (an EWMA per frame)
     overloaded: bool = False
     last_report: float | None = None
-    last_shed: float = float("-inf")  # when a block of its shed more than OVERLOADED_AT
+    last_shed: float = float("-inf")  # when a block of its shed more than OVERLOADED_AT, past SHED_TOLERANCE
     last_cut: float = float("-inf")
 
     def to_dict(self) -> dict:
