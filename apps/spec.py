@@ -76,7 +76,7 @@ class TrackerOptions(BaseModel):
     match_iou: float = Field(0.1, gt=0, lt=1, description="minimum IoU to match a detection to a track")
     activation_confidence: float = Field(0.25, ge=0, le=1, description="confidence to start a track")
     kind: Literal["bytetrack", "ocsort"] = Field(
-        "ocsort", description="the tracker (Roboflow's `trackers` package): ocsort (OC-SORT, the default: "
+        "ocsort", description="the tracker: ocsort (OC-SORT, the default: "
         "corrects its Kalman filter from the detections after an occlusion and weighs motion direction) or "
         "bytetrack (IoU matching on the filter's boxes, "
         "with a second pass for low-confidence detections below activation_confidence); both take every "

@@ -1,5 +1,6 @@
-"""Multi-object tracking behind one verb, `update`: ByteTrack or OC-SORT from Roboflow's
-`trackers` package, chosen per app (`tracker.kind` in its spec).
+"""Multi-object tracking behind one verb, `update`: OC-SORT (`apps/ocsort.py`, the
+algorithm of Roboflow's `trackers` with every filter in one array) or ByteTrack from
+`trackers`, chosen per app (`tracker.kind` in its spec).
 
 Tracking is class-agnostic; a track's class is the majority vote of the classes its
 detections had, which steadies a detector that wavers between classes. Each frame goes
@@ -10,8 +11,8 @@ OC-SORT is the default: on the street clips its line counts come closer to the g
 truth than ByteTrack's. As in its paper, every track of its first `min_hits` frames is
 confirmed at once.
 
-`trackers` takes and returns supervision's `Detections`; this module is the only place
-that sees that type, and the arrays pass through it as they are (no copies).
+Both trackers answer with (detection index, track id) pairs; only ByteTrack's adapter
+sees supervision's `Detections`, and the arrays pass through as they are (no copies).
 """
 
 from __future__ import annotations
@@ -20,23 +21,39 @@ from collections import Counter
 
 import numpy as np
 import supervision as sv
-from trackers import ByteTrackTracker, OCSORTTracker
+from trackers import ByteTrackTracker
 
+from apps.ocsort import OCSort
 from apps.spec import TrackerOptions
 from engine.detections import Detections
 
 
-def _build(options: TrackerOptions, fps: float) -> ByteTrackTracker | OCSORTTracker:
-    # `trackers` counts its lost-track buffer in frames at 30 fps: lost_track_buffer / 30
-    # seconds when it is given timestamps, as here.
+class _ByteTrack:
+    """Roboflow's ByteTrack with OCSort's verbs."""
+
+    def __init__(self, **options) -> None:
+        self._tracker = ByteTrackTracker(**options)
+
+    def update(self, xyxy: np.ndarray, confidence: np.ndarray, t_s: float) -> tuple[np.ndarray, np.ndarray]:
+        given = sv.Detections(xyxy=xyxy, confidence=confidence, data={"index": np.arange(len(xyxy))})
+        out = self._tracker.update(given, timestamp=t_s)
+        return np.asarray(out.data.get("index", ()), np.int64), np.asarray(out.tracker_id, np.int64)
+
+    def forget(self, track_id: int) -> None:
+        self._tracker.tracks = [t for t in self._tracker.tracks if t.tracker_id != track_id]
+
+
+def _build(options: TrackerOptions, fps: float) -> OCSort | _ByteTrack:
+    # both count their lost-track buffer in frames at 30 fps: lost_track_buffer / 30
+    # seconds when they are given timestamps, as here.
     common = dict(lost_track_buffer=max(1, round(options.lost_track_s * 30)), frame_rate=fps,
                   minimum_consecutive_frames=options.min_hits, minimum_iou_threshold=options.match_iou,
                   high_conf_det_threshold=options.activation_confidence)
     if options.kind == "ocsort":
-        return OCSORTTracker(**common)
+        return OCSort(**common)
     # one confidence both starts a track and makes a detection "high" in ByteTrack's
     # first association; the app's min_confidence drops the rest before they get here
-    return ByteTrackTracker(track_activation_threshold=options.activation_confidence, **common)
+    return _ByteTrack(track_activation_threshold=options.activation_confidence, **common)
 
 
 class Tracker:
@@ -50,16 +67,15 @@ class Tracker:
         """Returns the detections that belong to confirmed tracks, with `tracker_id` set
         and `class_id` replaced by each track's majority class. `t_ms`: the frame's
         stream time, rising from call to call."""
-        given = sv.Detections(xyxy=detections.xyxy, confidence=detections.confidence, class_id=detections.class_id)
-        out = self._tracker.update(given, timestamp=t_ms / 1000.0)
-        confirmed = np.asarray(out.tracker_id) >= 0
+        index, tracker_id = self._tracker.update(detections.xyxy, detections.confidence, t_ms / 1000.0)
+        confirmed = tracker_id >= 0
         if not confirmed.any():
             return Detections.empty()
-        tracker_id = np.asarray(out.tracker_id[confirmed], np.int64)
-        for tid, cid in zip(tracker_id.tolist(), out.class_id[confirmed].tolist()):
+        index, tracker_id = index[confirmed], tracker_id[confirmed]
+        for tid, cid in zip(tracker_id.tolist(), detections.class_id[index].tolist()):
             self._votes.setdefault(tid, Counter())[cid] += 1
         voted = np.array([self.track_class(t) for t in tracker_id.tolist()], np.int64)
-        return Detections(out.xyxy[confirmed], out.confidence[confirmed], voted, tracker_id)
+        return Detections(detections.xyxy[index], detections.confidence[index], voted, tracker_id)
 
     def track_class(self, track_id: int) -> int:
         return self._votes[track_id].most_common(1)[0][0]
@@ -68,4 +84,4 @@ class Tracker:
         """The app ended this track: it must not come back under the same id, even when
         the tracker's own lost-track budget (rounded to its 30 fps frames) is longer."""
         self._votes.pop(track_id, None)
-        self._tracker.tracks = [t for t in self._tracker.tracks if t.tracker_id != track_id]
+        self._tracker.forget(track_id)
