@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml
 	# Ultralytics' own decode is the reference of tests/engine/test_yolo.py; without its
 	# dependencies (they would bring opencv-python beside the headless build)
 	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps 'ultralytics==$(ULTRALYTICS)'
-	# Roboflow's trackers (apps/tracking.py), likewise: pyproject.toml lists the rest of its dependencies
+	# Roboflow's trackers (apps/tracking.py, apps/ocsort.py), likewise: pyproject.toml lists the rest of its dependencies
 	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps 'trackers==$(TRACKERS)'
 	touch $(STAMP)
 

@@ -163,7 +163,7 @@ class OCSort:
             # the second chance: a lost track's last observation against what is left
             last = np.array([self.tracks[t].last for t in lost])
             iou = self._iou(last, boxes[new])
-            again, _, left = self._assign(iou, iou + self.direction_weight * np.zeros_like(iou))
+            again, _, left = self._assign(iou, iou)  # IoU alone: no direction term here
             for track, det in again:
                 matched(lost[track], new[det])
             new = [new[i] for i in left]
@@ -302,7 +302,7 @@ class OCSort:
                               for t in self.tracks])
         has_velocity = np.array([t.velocity is not None for t in self.tracks], np.float32)[:, None]
         matrix = _build_direction_consistency_matrix_batch(velocity.reshape(-1, 2), reference.reshape(-1, 4),
-                                                           boxes, has_velocity.reshape(-1, 1))
+                                                           boxes, has_velocity)
         matrix *= scores[None, :]  # in place, as the reference: it stays float32
         return matrix
 
