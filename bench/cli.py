@@ -34,6 +34,9 @@ def register(sub) -> None:
                        help="engine: run only these (single, shared_backbone, overload, swap)")
     bench.add_argument("--no-ray", action="store_true", help="engine: skip the Ray Serve peer")
     bench.add_argument("--sim", action="store_true", help="cluster: only simulate the placement planner (no Ray)")
+    bench.add_argument("--arrivals", choices=["streams", "poisson"], default="streams",
+                       help="cluster --sim: requests from video streams dealt by the routers' deficit round robin, "
+                            "or an independent Poisson process per device (default: streams)")
     bench.add_argument("--sim-devices", type=int, nargs="+", default=[16, 100, 1000], metavar="N",
                        help="cluster: device counts to simulate (default: 16 100 1000)")
     bench.add_argument("--no-triton", action="store_true", help="engine: skip the Triton peer (it runs when "
@@ -103,7 +106,8 @@ def run(args: argparse.Namespace) -> int:
             if args.sim:
                 from bench.cluster_sim import SimOptions, format_sim_report, run_sim
 
-                options = SimOptions(devices=tuple(args.sim_devices), **({"seconds": 2.0} if args.quick else {}))
+                options = SimOptions(devices=tuple(args.sim_devices), arrivals=args.arrivals,
+                                     **({"seconds": 2.0} if args.quick else {}))
                 result = run_sim(options, log=lambda m: print(m, file=sys.stderr, flush=True))
                 print(format_sim_report(result), file=sys.stderr)
             else:

@@ -43,8 +43,8 @@ RUN_AS = {
          "a 2-second clip renders the same way as a 20-second one"),
     "vigil bench ingest [--json FILE] [--source CLIP] [--detector scenedet] [--repeats N] [--max-frames N]":
         ("vigil bench ingest --json bench-ingest.json --repeats 1 --max-frames 60", "one short repeat"),
-    "vigil bench cluster --sim [--json FILE] [--quick] [--sim-devices N ...]":
-        ("vigil bench cluster --sim --quick --sim-devices 16 --json bench-cluster.json",
+    "vigil bench cluster --sim [--json FILE] [--quick] [--sim-devices N ...] [--arrivals streams|poisson]":
+        ("vigil bench cluster --sim --quick --sim-devices 16 --arrivals streams --json bench-cluster.json",
          "16 devices only: 1000 take minutes of simulation"),
     "vigil bench cluster [--json FILE] [--quick] [--sim-devices N ...]":
         ("vigil bench cluster --quick --sim-devices 16 --json bench-cluster-ray.json",
@@ -99,7 +99,8 @@ CREATES = {
     "[--density 1.0] [--quiet 5:12]": ("clips/s7.mp4", "clips/s7.gt.json"),
     "vigil bench ingest [--json FILE] [--source CLIP] [--detector scenedet] [--repeats N] [--max-frames N]":
         ("bench-ingest.json",),
-    "vigil bench cluster --sim [--json FILE] [--quick] [--sim-devices N ...]": ("bench-cluster.json",),
+    "vigil bench cluster --sim [--json FILE] [--quick] [--sim-devices N ...] [--arrivals streams|poisson]":
+        ("bench-cluster.json",),
     "vigil bench cluster [--json FILE] [--quick] [--sim-devices N ...]": ("bench-cluster-ray.json",),
 }
 
