@@ -21,9 +21,9 @@ import math
 
 import numpy as np
 from scipy.optimize import linear_sum_assignment
-from supervision import box_iou_batch
 from trackers.core.ocsort.utils import _build_direction_consistency_matrix_batch
 from trackers.utils.converters import xcycsr_to_xyxy, xyxy_to_xcycsr
+from trackers.utils.iou import IoU
 
 # the state: [xc, yc, area, aspect, v_xc, v_yc, v_area]; the aspect has no velocity
 _POS, _VEL = (0, 1, 2), (4, 5, 6)
@@ -34,6 +34,7 @@ _P0 = np.diag([10.0] * 4 + [10_000.0] * 3)  # and its first uncertainty, large o
 _Q1 = np.diag([1.0] * 4 + [0.01, 0.01, 0.0001])  # process noise for one nominal frame
 NOMINAL_S = 0.004  # a step within this many seconds of one frame uses _Q1 as it is
 NOMINAL_FRAMES = 0.1  # the band for ORU's replayed steps, which carry no frame rate
+_IOU = IoU()  # the reference's: it refuses boxes that are not finite
 
 
 def _transition(step: float) -> np.ndarray:
@@ -154,7 +155,7 @@ class OCSort:
             out_id.append(self._resolve_id(self.tracks[track]))
 
         predicted = xcycsr_to_xyxy(self._x[:, :4, 0]) if self.tracks else np.zeros((0, 4))
-        iou = self._iou(predicted, boxes)
+        iou = _IOU.compute(predicted, boxes)
         cost = iou + self.direction_weight * self._direction(boxes, scores) if self.direction_weight else iou
         pairs, lost, new = self._assign(iou, cost)
         for track, det in pairs:
@@ -162,7 +163,7 @@ class OCSort:
         if new and lost:
             # the second chance: a lost track's last observation against what is left
             last = np.array([self.tracks[t].last for t in lost])
-            iou = self._iou(last, boxes[new])
+            iou = _IOU.compute(last, boxes[new])
             again, _, left = self._assign(iou, iou)  # IoU alone: no direction term here
             for track, det in again:
                 matched(lost[track], new[det])
@@ -288,11 +289,6 @@ class OCSort:
                 t.tracker_id, self._next_id = self._next_id, self._next_id + 1
             return t.tracker_id
         return -1
-
-    def _iou(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        if not (np.isfinite(a).all() and np.isfinite(b).all()):
-            raise ValueError("a box is not finite")
-        return box_iou_batch(a, b) if len(a) and len(b) else np.zeros((len(a), len(b)))
 
     def _direction(self, boxes: np.ndarray, scores: np.ndarray) -> np.ndarray:
         """Observation-centric momentum: how well the way from each track's earlier
