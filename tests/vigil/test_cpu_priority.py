@@ -15,7 +15,7 @@ from engine.engine import Engine
 from engine.repository import ModelRepository
 from streams.live import ManagedStream, StreamOptions
 from support.processes import ROOT, wait_for
-from vigil.cpu_priority import BACKGROUND_NICE, ThreadLevel, nice_of
+from vigil.cpu_priority import BACKGROUND_NICE, BATCH_POLICY, ThreadLevel, nice_of, policy_of
 from vigil.load import LoadGovernor
 from vigil.worker import StreamWorker
 
@@ -39,10 +39,15 @@ def test_a_level_moves_threads_back_and_forth(idle_thread):
     level.background(True, [idle_thread, None])  # a thread not started yet has no id: skipped
     assert nice_of(idle_thread) == BASE + BACKGROUND_NICE and level.is_background
     assert nice_of(threading.get_native_id()) == BASE  # only the threads named
+    if BATCH_POLICY is not None:  # no wakeup preemption of the lanes (Linux)
+        assert policy_of(idle_thread) == BATCH_POLICY
+        assert policy_of(threading.get_native_id()) == os.SCHED_OTHER
     if os.geteuid() != 0:
         pytest.skip("lowering a nice value back needs CAP_SYS_NICE")
     level.background(False, [idle_thread])
     assert nice_of(idle_thread) == BASE and not level.is_background
+    if BATCH_POLICY is not None:
+        assert policy_of(idle_thread) == os.SCHED_OTHER
 
 
 def test_without_the_privilege_to_come_back_it_stays_and_says_so(idle_thread, monkeypatch, caplog):
@@ -80,13 +85,21 @@ def test_the_lower_priority_streams_threads_go_to_the_background(short_clip):
     def nices(w: StreamWorker) -> list[int | None]:
         return [nice_of(w._thread.native_id), nice_of(w.stream.native_id)]
 
+    def policies(w: StreamWorker) -> list[int | None]:
+        return [policy_of(w._thread.native_id), policy_of(w.stream.native_id)]
+
     try:
         wait_for(lambda: nices(workers["low"]) == [BASE + BACKGROUND_NICE] * 2, 30, "the low stream in the background")
         assert nices(workers["high"]) == [BASE, BASE]
+        if BATCH_POLICY is not None:
+            assert policies(workers["low"]) == [BATCH_POLICY] * 2
+            assert policies(workers["high"]) == [os.SCHED_OTHER] * 2
         if os.geteuid() == 0:  # raised to the top priority, it comes back
             workers["low"].set_app(parse_spec({"name": "low-motion", "source": "low", "detector": "motion",
                                                "priority": 10}))
             wait_for(lambda: nices(workers["low"]) == [BASE, BASE], 30, "the low stream back in the foreground")
+            if BATCH_POLICY is not None:
+                assert policies(workers["low"]) == [os.SCHED_OTHER] * 2
     finally:
         for w in workers.values():
             w.stop()
