@@ -96,9 +96,10 @@ class LoadedModel:
             frag = self.fragments[name]
             x = frag.collate(self.preprocess(frames)) if frag.parent is None else values[frag.parent]
             values[name] = frag.run(x)
-        size = (frames.shape[2], frames.shape[1])
-        per_leaf = {leaf: self.fragments[leaf].split(values[leaf], len(frames)) for leaf in leaves}
-        return [{leaf: self.postprocess(leaf, per_leaf[leaf][i], size) for leaf in leaves} for i in range(len(frames))]
+        sizes = [(frames.shape[2], frames.shape[1])] * len(frames)
+        per_leaf = {leaf: self.postprocess_many(leaf, self.fragments[leaf].split(values[leaf], len(frames)), sizes)
+                    for leaf in leaves}
+        return [{leaf: per_leaf[leaf][i] for leaf in leaves} for i in range(len(frames))]
 
     def postprocess(self, leaf: str, output: Any, frame_size: tuple[int, int]) -> Any:
         """One item's leaf output -> Detections (detectors), Classes (classifiers) or a numpy array."""
@@ -108,16 +109,7 @@ class LoadedModel:
         if kind in CHECKED_KINDS:
             check_output(self.spec, output)
         if kind == "centernet":
-            from engine.models.scenedet import decode
-
-            scale = _scale_for(self.spec, frame_size)
-            head = {k: v.unsqueeze(0).float().cpu() for k, v in output.items()}
-            xyxy, score, cls = decode(head, scale, min_score=0.05)[0]
-            width, height = frame_size
-            xyxy[:, [0, 2]] = xyxy[:, [0, 2]].clip(0, width - 1)
-            xyxy[:, [1, 3]] = xyxy[:, [1, 3]].clip(0, height - 1)
-            label_ids = np.array([self.spec.labels.index(n) for n in self.spec.heads[leaf]], np.int64)
-            return Detections(xyxy, score, label_ids[cls])
+            return self._centernet(leaf, [output], frame_size)[0]
         if kind in YOLO_KINDS:
             return yolo_detections(self.spec, output, frame_size)
         import torch
@@ -126,6 +118,35 @@ class LoadedModel:
         if kind == "classification":
             return Classes(torch.softmax(tensor.reshape(-1), dim=-1).numpy())
         return tensor.numpy()
+
+    def postprocess_many(self, leaf: str, outputs: list[Any], frame_sizes: list[tuple[int, int]]) -> list[Any]:
+        """`postprocess` of several items of one leaf. A CenterNet head's peaks are found
+        for items of one frame size at once: its dozen small operators cost about as
+        much per call as the work in them (0.32 ms an item alone, 0.17 in eights)."""
+        if self.spec.output != "centernet" or len(outputs) < 2 or len(set(frame_sizes)) > 1:
+            return [self.postprocess(leaf, o, size) for o, size in zip(outputs, frame_sizes)]
+        for output in outputs:
+            check_output(self.spec, output)
+        first = outputs[0]
+        if any(o[k].shape != first[k].shape for o in outputs for k in first):
+            return [self.postprocess(leaf, o, size) for o, size in zip(outputs, frame_sizes)]
+        return self._centernet(leaf, outputs, frame_sizes[0])
+
+    def _centernet(self, leaf: str, outputs: list[dict], frame_size: tuple[int, int]) -> list[Detections]:
+        """Items of one frame size and one head's output shapes -> Detections in frame pixels."""
+        import torch
+
+        from engine.models.scenedet import decode
+
+        head = {k: torch.stack([o[k] for o in outputs]).float().cpu() for k in outputs[0]}
+        width, height = frame_size
+        label_ids = np.array([self.spec.labels.index(n) for n in self.spec.heads[leaf]], np.int64)
+        found = []
+        for xyxy, score, cls in decode(head, _scale_for(self.spec, frame_size), min_score=0.05):
+            xyxy[:, [0, 2]] = xyxy[:, [0, 2]].clip(0, width - 1)
+            xyxy[:, [1, 3]] = xyxy[:, [1, 3]].clip(0, height - 1)
+            found.append(Detections(xyxy, score, label_ids[cls]))
+        return found
 
 
 def yolo_detections(spec: ModelSpec, output: Any, frame_size: tuple[int, int]) -> Detections:

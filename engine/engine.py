@@ -26,7 +26,7 @@ import logging
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Callable
+from typing import Any, Callable
 
 from engine.admission import Admission
 from engine.arbiter import DeviceArbiter
@@ -189,26 +189,56 @@ class Engine(ModelVerbs):
                     if not a.finished and self.paths.advance(a, name, value, self._fail):
                         ready.append(a)
             self._cond.notify_all()
-        for a in ready:
-            self._post.submit(self._finish, a)
+        if ready:
+            self._post.submit(self._finish, ready)
 
-    def _finish(self, a: Admitted) -> None:
-        req, model = a.request, a.servable.model
-        size = (req.image.shape[1], req.image.shape[0])
-        t0 = time.perf_counter()
-        try:
-            outputs = {leaf: model.postprocess(leaf, a.outputs[leaf], size) for leaf in a.leaves}
-            self.observed.host_ran(req.model, (time.perf_counter() - t0) * 1000.0)
-        except Exception as exc:
-            log.exception("postprocessing %s failed", model.spec.name)
-            self._fail(a, "error", f"postprocess: {exc}")
-            return
-        latency = self.clock() - req.capture_ms
-        self.metrics.completed(req.app, req.model, str(a.servable.version), latency, req.slo_ms)
+    def _finish(self, ready: list[Admitted]) -> None:
+        """Postprocess the requests a batch completed, each leaf of a model for all of
+        them at once (`postprocess_many`), and hand out their results."""
+        groups: dict[tuple[int, str], list[Admitted]] = {}
+        for a in ready:
+            for leaf in a.leaves:
+                groups.setdefault((id(a.servable.model), leaf), []).append(a)
+        outputs: dict[int, dict[str, Any]] = {id(a): {} for a in ready}
+        host_ms = dict.fromkeys(outputs, 0.0)  # each request's share of its leaves' postprocessing
+        failed: set[int] = set()
+        for (_, leaf), members in groups.items():
+            model = members[0].servable.model
+            t0 = time.perf_counter()
+            try:
+                found = model.postprocess_many(leaf, [a.outputs[leaf] for a in members],
+                                               [(a.request.image.shape[1], a.request.image.shape[0]) for a in members])
+            except Exception:  # one bad output: each item on its own, so only the bad ones fail
+                found = [self._postprocess_one(a, leaf, failed) for a in members]
+            per_item_ms = (time.perf_counter() - t0) * 1000.0 / len(members)
+            for a, value in zip(members, found):
+                outputs[id(a)][leaf] = value
+                host_ms[id(a)] += per_item_ms
+        done = [a for a in ready if id(a) not in failed]
+        for a in done:
+            self.observed.host_ran(a.request.model, host_ms[id(a)])
         with self._cond:
-            self.manager.release(a.servable)
-        a.future.set_result(Result(req.app, req.model, a.servable.version, outputs, latency,
-                                   latency <= req.slo_ms, a.selected))
+            for a in done:
+                self.manager.release(a.servable)
+        for a in done:
+            req = a.request
+            latency = self.clock() - req.capture_ms
+            self.metrics.completed(req.app, req.model, str(a.servable.version), latency, req.slo_ms)
+            a.future.set_result(Result(req.app, req.model, a.servable.version, outputs[id(a)], latency,
+                                       latency <= req.slo_ms, a.selected))
+
+    def _postprocess_one(self, a: Admitted, leaf: str, failed: set[int]) -> Any:
+        """One item's leaf; when it fails, the request fails as an error and joins `failed`."""
+        if id(a) in failed:
+            return None
+        try:
+            return a.servable.model.postprocess(leaf, a.outputs[leaf], (a.request.image.shape[1],
+                                                                        a.request.image.shape[0]))
+        except Exception as exc:
+            log.exception("postprocessing %s failed", a.servable.model.spec.name)
+            self._fail(a, "error", f"postprocess: {exc}")
+            failed.add(id(a))
+            return None
 
     def _drop_entries(self, dropped: list[tuple[QueueEntry, str]], detail: str = "") -> None:
         """Fail every request on these entries, under one hold of the lock (a plan under

@@ -231,6 +231,34 @@ def test_an_image_the_model_cannot_take_fails_alone_and_releases_its_version(tmp
     assert [s.version for s in freed] == [1]
 
 
+def test_a_postprocessing_failure_fails_only_its_request(tmp_path, engine_factory, monkeypatch):
+    """The requests a batch completed are postprocessed together; when that fails, each
+    is postprocessed alone, so only the one whose output is bad fails (as an error),
+    the others get their results, and the version's in-flight count goes back to 0."""
+    write_model(tmp_path, "m", 1, {"split": []})
+    engine = engine_factory()
+    engine.load("m")
+    model = engine.manager.versions["m"][1].model
+    real = model.postprocess
+
+    def postprocess(leaf, output, frame_size):
+        if frame_size == (32, 31):
+            raise ValueError("a bad output")
+        return real(leaf, output, frame_size)
+
+    def postprocess_many(leaf, outputs, frame_sizes):
+        return [postprocess(leaf, o, size) for o, size in zip(outputs, frame_sizes)]
+
+    monkeypatch.setattr(model, "postprocess", postprocess)
+    monkeypatch.setattr(model, "postprocess_many", postprocess_many)
+    bad = Request("app", "m", np.zeros((31, 32, 3), np.uint8), engine.clock(), 10_000.0)
+    futures = engine.submit_many([request(engine=engine), bad, request(engine=engine, key=("s", 1))])
+    with pytest.raises(Dropped, match="error: postprocess: a bad output"):
+        futures[1].result(timeout=10)
+    assert all(f.result(timeout=10).outputs["model"].shape == (2,) for f in (futures[0], futures[2]))
+    assert engine.manager.versions["m"][1].in_flight == 0
+
+
 def test_labels_set_while_serving_survive_load_and_reload(tmp_path, engine_factory):
     for v in (1, 2):
         write_model(tmp_path, "m", v)

@@ -57,3 +57,31 @@ def test_people_only_requests_run_only_the_person_head(engine):
     result = engine.submit(Request("t", "scenedet", frame, engine.clock(), 60_000.0, 2, labels=("person",))).result(60)
     assert set(result.outputs) == {"person_head"}
     assert set(result.detections.class_id.tolist()) <= {0}
+
+
+def test_a_group_of_outputs_is_postprocessed_as_each_alone(engine, monkeypatch):
+    """`postprocess_many` decodes a CenterNet head once for a group of items of one frame
+    size, and gives each the detections `postprocess` gives it alone."""
+    import torch
+
+    import engine.models.scenedet as scenedet
+
+    model = engine.manager.versions["scenedet"][2].model
+    gen = torch.Generator().manual_seed(7)
+    outputs = [{"heatmap": torch.randn(1, 48, 80, generator=gen) * 3, "offset": torch.rand(2, 48, 80, generator=gen),
+                "size": torch.randn(2, 48, 80, generator=gen)} for _ in range(5)]
+    alone = [model.postprocess("person_head", o, (640, 360)) for o in outputs]
+    calls = []
+    real = scenedet.decode
+    monkeypatch.setattr(scenedet, "decode", lambda head, *a, **k: calls.append(len(head["heatmap"])) or real(head, *a, **k))
+    grouped = model.postprocess_many("person_head", outputs, [(640, 360)] * 5)
+    assert calls == [5]  # one decode for the group
+    assert sum(len(d) for d in alone) > 20
+    for mine, want in zip(grouped, alone):
+        np.testing.assert_array_equal(mine.xyxy, want.xyxy)
+        np.testing.assert_array_equal(mine.confidence, want.confidence)
+        np.testing.assert_array_equal(mine.class_id, want.class_id)
+    calls.clear()  # items of different frame sizes: each on its own
+    mixed = model.postprocess_many("person_head", outputs[:2], [(640, 360), (1280, 720)])
+    assert calls == [1, 1]
+    np.testing.assert_array_equal(mixed[1].xyxy, model.postprocess("person_head", outputs[1], (1280, 720)).xyxy)
