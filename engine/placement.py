@@ -11,10 +11,17 @@ next), and at B one device serves T_max = B / l(B). So:
    the session once every d) and a batch ceil(r * d). The longest usable d is the
    largest of min(SLO - l(b), b / r) over b <= B: b requests arrive within d, and the
    last of them waits at most d before its batch runs for l(b).
-3. Residual nodes are merged onto devices, largest occupancy l(b)/d first. Merging
-   takes the shorter duty cycle, d = min(d1, d2); every session on the device then
-   runs batch ceil(r * d), and the device fits while the batches' latencies sum to at
-   most d and the models fit in its memory. Each node goes where it adds the least
+3. Residual nodes are merged onto devices, the shortest duty cycle first (largest
+   occupancy l(b)/d first among equal cycles). Merging takes the shorter duty cycle,
+   d = min(d1, d2); every session on the device then runs batch ceil(r * d), and the
+   device fits while the batches' latencies sum to at most d and the models fit in its
+   memory. Nexus merges the largest occupancy first; then a short-cycle residual that
+   comes later shortens a device's long cycle, and every session already there runs
+   smaller batches. Shortest first, a device's cycle is set by its first node and the
+   later ones, with longer cycles, give up the least: on the simulator's traces (four
+   seeds) 0.899 of the lower bound's efficiency at 100 devices and 0.912 at 1000,
+   against 0.887 and 0.903; on 3,000 random sets of 3 to 11 sessions, fewer devices
+   in 157 and more in 51. Each node goes where it adds the least
    busy time (prefix sharing makes that a device that already runs its prefix), the
    fullest such device on ties; a new device is opened when none fits. Where a shared
    prefix's batch would make the shorter cycle too slow for an SLO, the merge takes the
@@ -241,7 +248,7 @@ def place(workloads: Sequence[Workload], devices: Sequence[Device],
             occupancy = full_latency_ms(w, prefixes, _batch(rest, duty)) / duty
             residual.append((occupancy, w.session, rest, duty))
     nodes: list[tuple[Device, _Node]] = []
-    for _, session, rate, duty in sorted(residual, key=lambda r: (-r[0], r[1])):
+    for _, session, rate, duty in sorted(residual, key=lambda r: (r[3], -r[0], r[1])):
         choice = _best_fit(nodes, session, rate, duty, by_session, prefixes, max_occupancy,
                            set(hosts_before.get(session, ())))
         if choice is not None:

@@ -66,6 +66,19 @@ def test_small_sessions_share_one_device_on_a_common_duty_cycle():
     assert only.occupancy <= 1.0 and {a.session for a in only.assignments} == {f"cam{i}" for i in range(4)}
 
 
+def test_residuals_merge_shortest_duty_cycle_first():
+    """Four residuals whose longest duty cycles are 165, 78, 39 and 18 ms. Taken by
+    occupancy (Nexus's order), the 39 ms one merged onto the 78 ms one's device and
+    halved its cycle, which then had no room for the 165 ms one: three devices.
+    Shortest cycle first, the 39 ms one joins the 18 ms one and the 165 ms one joins
+    the 78 ms one: two, every SLO kept."""
+    load = [Workload("a", 150.0, 200.0, linear(1.0, 10.0, 32)), Workload("b", 150.0, 100.0, linear(1.0, 10.0, 32)),
+            Workload("c", 150.0, 50.0, linear(1.0, 5.0, 32)), Workload("d", 80.0, 25.0, linear(1.0, 5.0, 32))]
+    plan = place(load, GPUS)
+    assert check(plan, load, GPUS) == []
+    assert plan.devices_used == 2 and not plan.unplaced
+
+
 def test_sessions_that_share_a_backbone_are_placed_together_when_that_fits_and_not_otherwise():
     # a backbone with a large fixed cost per batch (as on a GPU): run once per cycle for
     # both sessions, the two fit one device; each with its own backbone, they do not
