@@ -10,7 +10,10 @@ failure (a twentieth of the devices lost, their sessions placed again on the res
 
 Each device runs the session table it was given: every duty cycle, each of its
 sessions in turn takes up to its batch of the oldest requests waiting, drops those
-that can no longer finish in time (early drop), and runs for l(n). Requests arrive
+that can no longer finish in time (early drop), and runs for l(n). A round that leaves
+arrived requests waiting (a burst past a batch) is followed at once by the next, as
+the backends' loop does (cluster/device.py); otherwise the device waits for the
+cycle's end. Requests arrive
 as the workloads' do, from video streams (`arrivals="streams"`, the default): a
 session's rate is k streams of about `stream_fps` frames a second each, evenly spaced,
 each from a random phase, and the routers' own deficit round robin
@@ -146,7 +149,9 @@ def _deal(placement: Placement, seconds: float, rng: np.random.Generator, arriva
 
 
 def _run_device(queues: list, duty_ms: float, horizon_ms: float) -> int:
-    """One device's duty cycles: returns the requests finished within their SLO."""
+    """One device's duty cycles: returns the requests finished within their SLO. The
+    next round starts at the cycle's end, or at once while a request that has arrived
+    still waits: the backends' loop (cluster/device.py) never idles with work queued."""
     within, now = 0, 0.0
     while now < horizon_ms + max(q[0].slo_ms for q in queues):
         cycle_start = now
@@ -163,7 +168,8 @@ def _run_device(queues: list, duty_ms: float, horizon_ms: float) -> int:
                 within += n
                 i += n
             q[3] = i
-        now = max(now, cycle_start + duty_ms)
+        if not any(q[3] < len(q[2]) and q[2][q[3]] <= now for q in queues):
+            now = max(now, cycle_start + duty_ms)
     return within
 
 

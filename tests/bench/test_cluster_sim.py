@@ -9,6 +9,7 @@ import pytest
 
 from bench.cluster_sim import SimOptions, _run_device, arrival_times, profile_of, run_sim, simulate, trace
 from engine.placement import Device, Placement, Workload, max_throughput_rps, place
+from engine.profiles import Profile
 
 
 def test_the_trace_loads_as_many_devices_as_asked():
@@ -22,9 +23,17 @@ def test_a_device_serves_evenly_spaced_arrivals_within_its_slo_and_drops_what_it
     w = Workload("s", 100.0, 100.0, profile_of("resnet50"))  # l(b) = 1.1 b + 4 ms
     even = np.arange(0.0, 2000.0, 10.0)  # 100 a second for two seconds
     assert _run_device([[w, 8, even, 0]], 40.0, 2000.0) == len(even)
-    flood = np.arange(0.0, 2000.0, 0.5)  # 2000 a second: past what batches of 8 every cycle serve
+    flood = np.arange(0.0, 2000.0, 0.5)  # 2000 a second: past what batches of 8 back to back serve
     served = _run_device([[w, 8, flood, 0]], 40.0, 2000.0)
-    assert 0 < served < len(flood) / 4
+    back_to_back = 8 * (2000.0 + w.slo_ms) / w.profile.latency_ms(8)  # the run goes on an SLO past the horizon
+    assert 0.9 * back_to_back < served <= back_to_back + 8
+
+
+def test_a_device_never_idles_while_an_arrived_request_waits():
+    """Two requests at once, a batch of one and a 50 ms cycle: the second runs right
+    after the first, not a cycle later, past its 40 ms SLO."""
+    w = Workload("s", 20.0, 40.0, Profile.linear(1.0, 0.0, 8))
+    assert _run_device([[w, 1, np.array([0.0, 0.0]), 0]], 50.0, 100.0) == 2
 
 
 def test_unplaced_load_counts_as_missed():
