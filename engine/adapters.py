@@ -123,14 +123,13 @@ class LoadedModel:
         """`postprocess` of several items of one leaf. A CenterNet head's peaks are found
         for items of one frame size at once: its dozen small operators cost about as
         much per call as the work in them (0.32 ms an item alone, 0.17 in eights)."""
-        if self.spec.output != "centernet" or len(outputs) < 2 or len(set(frame_sizes)) > 1:
-            return [self.postprocess(leaf, o, size) for o, size in zip(outputs, frame_sizes)]
-        for output in outputs:
-            check_output(self.spec, output)
-        first = outputs[0]
-        if any(o[k].shape != first[k].shape for o in outputs for k in first):
-            return [self.postprocess(leaf, o, size) for o, size in zip(outputs, frame_sizes)]
-        return self._centernet(leaf, outputs, frame_sizes[0])
+        if self.spec.output == "centernet" and len(outputs) > 1 and len(set(frame_sizes)) == 1:
+            for output in outputs:
+                check_output(self.spec, output)
+            first = outputs[0]
+            if all(o[k].shape == first[k].shape for o in outputs for k in first):
+                return self._centernet(leaf, outputs, frame_sizes[0])
+        return [self.postprocess(leaf, o, size) for o, size in zip(outputs, frame_sizes)]
 
     def _centernet(self, leaf: str, outputs: list[dict], frame_size: tuple[int, int]) -> list[Detections]:
         """Items of one frame size and one head's output shapes -> Detections in frame pixels."""

@@ -207,7 +207,7 @@ class Engine(ModelVerbs):
             t0 = time.perf_counter()
             try:
                 found = model.postprocess_many(leaf, [a.outputs[leaf] for a in members],
-                                               [(a.request.image.shape[1], a.request.image.shape[0]) for a in members])
+                                               [_frame_size(a) for a in members])
             except Exception:  # one bad output: each item on its own, so only the bad ones fail
                 found = [self._postprocess_one(a, leaf, failed) for a in members]
             per_item_ms = (time.perf_counter() - t0) * 1000.0 / len(members)
@@ -232,8 +232,7 @@ class Engine(ModelVerbs):
         if id(a) in failed:
             return None
         try:
-            return a.servable.model.postprocess(leaf, a.outputs[leaf], (a.request.image.shape[1],
-                                                                        a.request.image.shape[0]))
+            return a.servable.model.postprocess(leaf, a.outputs[leaf], _frame_size(a))
         except Exception as exc:
             log.exception("postprocessing %s failed", a.servable.model.spec.name)
             self._fail(a, "error", f"postprocess: {exc}")
@@ -302,3 +301,8 @@ class Engine(ModelVerbs):
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _frame_size(a: Admitted) -> tuple[int, int]:
+    """(width, height) of the request's frame, as postprocessing maps boxes back to it."""
+    return a.request.image.shape[1], a.request.image.shape[0]
