@@ -57,11 +57,11 @@ def ahead_of(queued: list[tuple[int, str]], app: str, priority: int, served: dic
 
 def hopeless(ahead: int, profile: Profile, now_ms: float, deadline_ms: float, lanes: int = 1) -> bool:
     """Early drop at admission: even if the `ahead` entries ran in the largest batches
-    the profile allows, `lanes` of them at a time, a new one could not finish this stage
-    by its deadline."""
+    the scheduler forms (the profile's efficient batch), `lanes` of them at a time, a
+    new one could not finish this stage by its deadline."""
     if ahead == 0:
         return False
-    b = profile.max_batch
+    b = profile.efficient_batch
     full, rest = divmod(ahead + 1, b)  # the queue ahead and this request, in the largest batches
     rounds = math.ceil(full / lanes)  # its own batch is in the last round
     if rest and full % lanes == 0:  # ... or runs alone after them

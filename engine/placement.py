@@ -170,9 +170,13 @@ def full_latency_ms(w: Workload, prefixes: Mapping[str, Prefix], batch: int) -> 
 
 
 def largest_batch(w: Workload, prefixes: Mapping[str, Prefix]) -> int:
-    """B: the largest allowed batch whose latency fits twice into the SLO (0: none)."""
+    """B: the largest allowed batch whose latency fits twice into the SLO (0: none), up
+    to the efficient batch of the session's fragments (past it, fewer items a second)."""
+    limit = w.profile.efficient_batch
+    if w.prefix is not None:
+        limit = min(limit, prefixes[w.prefix].profile.efficient_batch)
     best = 0
-    for b in range(1, w.profile.max_batch + 1):
+    for b in range(1, limit + 1):
         if 2.0 * full_latency_ms(w, prefixes, b) <= w.slo_ms:
             best = b
     return best

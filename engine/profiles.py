@@ -5,11 +5,19 @@ allowed batch size, measured after warm-up. Between measured sizes latency is
 interpolated linearly, and beyond the largest by the fitted line l(b) = alpha*b + beta
 (Nexus). Profiles are stored beside the model, keyed by device, and reused while the
 fragment's content hash and the device key stay the same.
+
+On a GPU a bigger batch gives more items a second up to the largest size, which is why
+Nexus fills batches as far as the SLO allows. On a CPU it does not: past the size whose
+activations fit the caches, each item costs more (SceneDet's backbone on one core: 5.5
+ms an item in batches of 6 or 8, 8.2 in batches of 16). A profile therefore also names
+its efficient batch, the largest measured size within `EFFICIENT_TOLERANCE` of the best
+items per second, and the scheduler never forms a batch past it.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import platform
 import time
 from dataclasses import dataclass, field
@@ -17,6 +25,8 @@ from pathlib import Path
 from typing import Callable
 
 import numpy as np
+
+EFFICIENT_TOLERANCE = 0.03  # sizes this close to the best items/s (above the rounds' own spread) count as as good
 
 
 @dataclass(frozen=True)
@@ -39,10 +49,19 @@ class Profile:
         object.__setattr__(self, "_means", np.interp(every, sizes, np.array(self.mean_ms)).tolist())
         object.__setattr__(self, "_stds", np.interp(every, sizes, np.array(self.std_ms)).tolist())
         object.__setattr__(self, "_line", None)  # fit(), the first time a batch past the largest is asked for
+        rates = [b / m if m > 0 else math.inf for b, m in zip(self.batch_sizes, self.mean_ms)]
+        good = [b for b, r in zip(self.batch_sizes, rates) if r >= (1 - EFFICIENT_TOLERANCE) * max(rates)]
+        object.__setattr__(self, "_efficient", max(good))
 
     @property
     def max_batch(self) -> int:
         return self.batch_sizes[-1]
+
+    @property
+    def efficient_batch(self) -> int:
+        """The largest measured size whose items/s is within `EFFICIENT_TOLERANCE` of the
+        best: a bigger batch only finishes fewer items a second and holds the device longer."""
+        return self._efficient
 
     def latency_ms(self, batch: int, sigmas: float = 0.0) -> float:
         """Expected latency of a batch of `batch`, plus `sigmas` standard deviations."""
@@ -114,47 +133,29 @@ def device_key(device: str, threads: int | None = None) -> str:
     return f"{device.split(':')[0]}:{name}:torch{torch.__version__}".replace(" ", "_").replace("/", "_")
 
 
-SUPERLINEAR = 2.0  # a size slower than twice linear growth from the previous one is suspect
-MAX_RETRIES = 2
-
-
 def measure(run_batch: Callable[[int], None], batch_sizes: tuple[int, ...], fragment_hash: str, dev_key: str,
             warmup: int = 2, repeats: int = 7, synchronize: Callable[[], None] = lambda: None,
-            timer: Callable[[], float] = time.perf_counter, retry_start: bool = True) -> Profile:
-    """Time `run_batch(b)` for each size; the first `warmup` runs of each size are discarded."""
-    def sample(b: int) -> tuple[float, float]:
-        times = []
-        for _ in range(repeats):
+            timer: Callable[[], float] = time.perf_counter) -> Profile:
+    """Time `run_batch(b)` for each size in `repeats` rounds that each run every size
+    once, after `warmup` untimed rounds. A slow spell of the machine (another process,
+    a busy neighbour on the host) then falls on every size alike instead of on the
+    sizes timed during it, so the sizes compare fairly, which the efficient batch
+    depends on; the median over rounds drops a spell shorter than half of them."""
+    for _ in range(warmup):
+        for b in batch_sizes:
+            run_batch(b)
+    synchronize()
+    times: dict[int, list[float]] = {b: [] for b in batch_sizes}
+    for _ in range(repeats):
+        for b in batch_sizes:
             t0 = timer()
             run_batch(b)
             synchronize()
-            times.append((timer() - t0) * 1000.0)
-        # the median is robust to a stray context switch; the spread to the rest
-        return float(np.median(times)), float(np.std(times))
-
-    means, stds = [], []
-    for i, b in enumerate(batch_sizes):
-        for _ in range(warmup):
-            run_batch(b)
-        synchronize()
-        mean, std = sample(b)
-        # Another process taking the cores for a while makes a size look far slower
-        # than linear growth allows; measure it again and keep the quicker reading.
-        for _ in range(MAX_RETRIES):
-            if i == 0 or mean <= SUPERLINEAR * means[-1] * b / batch_sizes[i - 1]:
-                break
-            again = sample(b)
-            if again[0] < mean:
-                mean, std = again
-        means.append(mean)
-        stds.append(std)
-    # The same for the start: batch 1 timed again at the end, much quicker than at the
-    # start, means the cores were busy at the start; measure everything once more.
-    if retry_start and len(batch_sizes) > 1 and sample(batch_sizes[0])[0] * SUPERLINEAR < means[0]:
-        return measure(run_batch, batch_sizes, fragment_hash, dev_key, warmup, repeats, synchronize, timer,
-                       retry_start=False)
-    # A bigger batch never takes less time; a dip is noise (another process had the
-    # cores), and planning on it would overfill batches.
+            times[b].append((timer() - t0) * 1000.0)
+    means = [float(np.median(times[b])) for b in batch_sizes]
+    stds = [float(np.std(times[b])) for b in batch_sizes]
+    # A bigger batch never takes less time; a dip is noise, and planning on it would
+    # overfill batches.
     means = np.maximum.accumulate(means).tolist()
     return Profile(fragment_hash, dev_key, tuple(batch_sizes), tuple(means), tuple(stds))
 

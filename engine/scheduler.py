@@ -13,7 +13,8 @@ Policies:
   deadline: they are taken by priority, then deadline, and of items due at about the
   same time the app served least goes first. The planned batch B is the largest whose
   latency fits twice into the tightest stage budget queued (a request may wait one
-  batch, then run in the next). Early drop, within the highest priority that can
+  batch, then run in the next), and no batch passes the profile's efficient batch
+  (engine/profiles.py: on a CPU, bigger batches can run fewer items a second). Early drop, within the highest priority that can
   run: slide a window of B along its items and drop those ahead of the first window
   whose earliest deadline leaves room for the whole window; grow the batch to the
   largest size that still meets the earliest deadline in it, and fill it up to B
@@ -177,7 +178,8 @@ class NexusPolicy:
         it. `items` come priority first, then deadline. The batch comes from the highest
         priority class that can meet a deadline: Nexus's window slides along that class
         in deadline order, dropping its own items ahead of the first window that fits,
-        and grows to the largest size that still meets the earliest deadline in it.
+        and grows to the largest size that still meets the earliest deadline in it, never
+        past the profile's efficient batch (a bigger one only runs fewer items a second).
         Lower classes then fill it, up to the planned size and lengthening it by at
         most `block_share` of its SLO, with items whose deadlines it meets. A lower
         class is never dropped for a higher one's window: its items wait, and go when
@@ -185,11 +187,10 @@ class NexusPolicy:
         priority is shed first."""
         tightest = min(w.budget_ms for w in items)
         planned = max(1, profile.largest_batch_within(tightest / 2, sigmas=self.sigmas))
-        cap = self._priority_cap(items, profile)
-        limit = min(cap, profile.max_batch)
+        limit = min(self._priority_cap(items, profile), profile.efficient_batch)
         hopeless: list[WorkItem] = []
         for start, end in _classes(items):
-            batch, ahead = self._class_window(items[start:end], profile, now_ms, min(planned, cap), limit)
+            batch, ahead = self._class_window(items[start:end], profile, now_ms, min(planned, limit), limit)
             hopeless += ahead
             if batch:
                 fill_to = min(limit, max(len(batch), planned))
@@ -204,8 +205,8 @@ class NexusPolicy:
                     if profile.latency_ms(len(batch) + 1, self.sigmas) <= min(earliest, w.deadline_ms) - now_ms:
                         batch.append(w)
                         earliest = min(earliest, w.deadline_ms)
-                return batch, hopeless, min(planned, cap)
-        return [], items, min(planned, cap)
+                return batch, hopeless, min(planned, limit)
+        return [], items, min(planned, limit)
 
     def _class_window(self, items: list[WorkItem], profile: Profile, now_ms: float, window: int,
                       limit: int) -> tuple[list[WorkItem], list[WorkItem]]:

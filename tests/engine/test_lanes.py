@@ -47,6 +47,15 @@ def test_the_early_drop_counts_batches_that_run_side_by_side():
     assert hopeless(8, profile, 0.0, 89.0) and not hopeless(8, profile, 0.0, 90.0)
 
 
+
+def test_the_early_drop_counts_in_the_batches_the_scheduler_forms():
+    # items cost 6 ms in batches of 4 and 9 ms in 8: the queue runs in fours, so 7 ahead
+    # and this one clear in two batches of 24 ms, not one of 72
+    profile = Profile("h", "cpu", (1, 2, 4, 8), (10.0, 16.0, 24.0, 72.0), (0.0,) * 4)
+    assert profile.efficient_batch == 4
+    assert not hopeless(7, profile, 0.0, 48.0) and hopeless(7, profile, 0.0, 47.0)
+
+
 @pytest.mark.parametrize("lanes", [1, 2])
 def test_two_lanes_run_two_batches_at_once_and_one_lane_never_does(tmp_path, lanes):
     for name, seed in (("p", 1), ("q", 2)):  # two models: two sessions, two batches

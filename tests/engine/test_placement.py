@@ -42,6 +42,15 @@ def test_the_nexus_scheduler_case_places_both_models_within_their_slos():
     assert plan.lower_bound == pytest.approx(500 / 320 + 500 / 800)
 
 
+
+def test_batches_stop_at_the_efficient_batch_of_the_path():
+    # a CPU backbone whose items cost least in fours: B is 4 though 16 fits the SLO
+    sizes = (1, 2, 4, 8, 16)
+    backbone = Profile("bb", "cpu", sizes, (9.0, 14.0, 24.0, 56.0, 144.0), (0.0,) * 5)
+    w = Workload("people", 10.0, 1000.0, linear(0.1, 0.5), prefix="backbone")
+    assert largest_batch(w, {"backbone": Prefix(backbone)}) == 4
+    assert largest_batch(Workload("alone", 10.0, 1000.0, linear(0.1, 0.5)), {}) == 64
+
 def test_the_epoch_after_the_rates_moved_covers_the_new_rates():
     workloads = nexus_case(550.0, 450.0)
     plan = place(workloads, GPUS)

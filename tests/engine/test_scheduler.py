@@ -2,6 +2,7 @@
 
 import pytest
 
+from engine.profiles import Profile
 from engine.scheduler import ClipperPolicy, NexusPolicy, NoBatchPolicy, TfsPolicy, WorkItem, make_policy
 from factories import make_item, make_profile
 
@@ -38,6 +39,15 @@ def test_early_drop_removes_heads_that_block_the_planned_batch():
     assert set(dict(plan.dropped)) == {0, 1}
     assert all(reason == "deadline" for _, reason in plan.dropped)
     assert plan.batch[0] == 2 and len(plan.batch) == 9  # l(9) = 95 <= 100
+
+
+def test_no_batch_passes_the_efficient_batch():
+    # items cost 6 ms in batches of 4 and 9 ms in 16: a long queue with room for 16 runs 4
+    sizes = (1, 2, 4, 8, 16)
+    cpu = Profile("h", "cpu", sizes, (9.0, 14.0, 24.0, 56.0, 144.0), (0.0,) * 5)
+    queue = [make_item(i, deadline_ms=10_000, budget_ms=10_000) for i in range(20)]
+    plan = NexusPolicy(sigmas=0).plan({"s": queue}, {"s": cpu}, now_ms=0)
+    assert cpu.efficient_batch == 4 and len(plan.batch) == 4 and plan.dropped == ()
 
 
 def test_hopeless_items_are_dropped_and_nothing_runs():
