@@ -259,7 +259,8 @@ def format_cluster_report(result: dict) -> str:
                   f"{front['cluster_vs_local']} | {front['local_high_attainment']} | "
                   f"{front['cluster_high_attainment']} |"]
     sim = result["sim"]
-    lines += ["", "| simulated devices | efficiency | attainment |", "|---|---|---|"]
+    lines += ["", f"| simulated devices (occupancy <= {sim.get('max_occupancy')}) | efficiency | attainment |",
+              "|---|---|---|"]
     lines += [f"| {d} | {e} | {a} |" for d, e, a in zip(sim["devices"], sim["efficiency"], sim["attainment"])]
     return "\n".join(lines)
 
