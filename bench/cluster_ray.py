@@ -242,7 +242,8 @@ def format_cluster_report(result: dict) -> str:
     keys = ("max_occupancy", "devices_used", "devices_lower_bound", "efficiency", "attainment", "step_attainment",
             "reconverge_s", "failover_attainment", "failover_s", "backend_lost", "lost_events")
     lines = ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
-    lines += ["| " + " | ".join(str(run.get(k)) for k in keys) + " |" for run in result.get("by_occupancy", [result])]
+    runs = result.get("by_occupancy", [result])
+    lines += ["| " + " | ".join(str(run.get(k)) for k in keys) + " |" for run in runs]
     peer = ("ray_serve_devices_used", "ray_serve_attainment", "vigil_vs_ray_serve_devices")
     if result.get(peer[0]) is not None:
         lines += ["", "| " + " | ".join(peer) + " |", "|---|---|---|",

@@ -14,17 +14,18 @@ Policies:
   same time the app served least goes first. The planned batch B is the largest whose
   latency fits twice into the tightest stage budget queued (a request may wait one
   batch, then run in the next), and no batch passes the profile's efficient batch
-  (engine/profiles.py: on a CPU, bigger batches can run fewer items a second). Early drop, within the highest priority that can
-  run: slide a window of B along its items and drop those ahead of the first window
-  whose earliest deadline leaves room for the whole window; grow the batch to the
-  largest size that still meets the earliest deadline in it, and fill it up to B
-  with lower-priority items it can still serve. Lower priorities are never dropped
-  for a higher one's window; they wait, and go when they would miss even alone, so
-  under overload the lowest priority is shed first. A lower-priority batch is capped so it
-  never keeps the device longer than `BLOCK_SHARE` of the tightest higher-priority
-  SLO seen: a higher-priority request waits at most one such fragment (preemption
-  happens between fragments). While another session has work to run, a batch smaller
-  than planned waits (and fills) until the latest start its deadline allows.
+  (engine/profiles.py: on a CPU, bigger batches can run fewer items a second). Early
+  drop, within the highest priority that can run: slide a window of B along its items
+  and drop those ahead of the first window whose earliest deadline leaves room for the
+  whole window; grow the batch to the largest size that still meets the earliest
+  deadline in it, and fill it up to B with lower-priority items it can still serve.
+  Lower priorities are never dropped for a higher one's window; they wait, and go when
+  they would miss even alone, so under overload the lowest priority is shed first. A
+  lower-priority batch is capped so it never keeps the device longer than
+  `BLOCK_SHARE` of the tightest higher-priority SLO seen: a higher-priority request
+  waits at most one such fragment (preemption happens between fragments). While
+  another session has work to run, a batch smaller than planned waits (and fills)
+  until the latest start its deadline allows.
 - `tfs` (TF Serving): per session, run when `max_batch` items wait or the oldest has
   waited `batch_timeout_ms`; sessions by oldest item. No priorities, no drops.
 - `clipper` (Clipper): per session AIMD: the batch grows by `step` while its measured
