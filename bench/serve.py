@@ -180,8 +180,9 @@ def measure_point(n: int, options: ServeBenchOptions, log: Callable[[str], None]
 
 
 def engine_bound(options: ServeBenchOptions, log: Callable[[str], None]) -> tuple[float, float | None]:
-    """SceneDet's person path through the engine alone: best frames/s at full batches,
-    and the share of the machine's CPU stolen meanwhile (bench/machine.py)."""
+    """SceneDet's person path through the engine alone: best frames/s in the largest
+    batches it forms (the profile's efficient size), and the share of the machine's CPU
+    stolen meanwhile (bench/machine.py)."""
     from engine.engine import Engine
     from engine.repository import ModelRepository
     from engine.requests import Request
