@@ -105,3 +105,28 @@ def test_rgb_frames_match_pyav_own_conversion(short_clip):
         ours, theirs = to_rgb(frame), frame.to_ndarray(format="rgb24")
         assert ours.dtype == np.uint8 and ours.shape == theirs.shape == (frame.height, frame.width, 3)
         assert np.array_equal(ours, theirs)
+
+
+@pytest.mark.parametrize("size, threads", [((640, 360), 1), ((2560, 1440), 0)])
+def test_decoder_threads_by_frame_size(tmp_path, size, threads):
+    """A camera-sized frame decodes on the stream's own thread; only a frame above 1080p
+    gets FFmpeg's pool of slice threads (0: as many as it chooses)."""
+    import av
+    import numpy as np
+
+    from streams.source import video_stream
+
+    path = tmp_path / "clip.mp4"
+    with av.open(str(path), "w") as out:
+        encoder = out.add_stream("libx264", rate=15)
+        encoder.width, encoder.height = size
+        encoder.pix_fmt = "yuv420p"
+        image = np.zeros((size[1], size[0], 3), np.uint8)
+        for packet in encoder.encode(av.VideoFrame.from_ndarray(image, format="rgb24")):
+            out.mux(packet)
+        for packet in encoder.encode():
+            out.mux(packet)
+    with av.open(str(path)) as container:
+        stream, _ = video_stream(container, str(path))
+        assert stream.codec_context.thread_count == threads
+        assert len(list(container.decode(stream))) == 1
