@@ -113,6 +113,10 @@ class FrameSampler:
             raise ValueError(f"fps must be in (0, {MAX_FPS}]; was {fps}")
         self.period_ms = 1000.0 / fps
 
+    def due(self, pts_ms: float) -> bool:
+        """Whether `wants(pts_ms)` would keep the frame, without taking it."""
+        return self.period_ms is None or self.next_due_ms is None or pts_ms >= self.next_due_ms - 0.5
+
     def wants(self, pts_ms: float) -> bool:
         if self.period_ms is None:
             return True

@@ -71,7 +71,8 @@ class StreamStats:
     last_error: str | None = None
     frames_decoded: int = 0
     frames_dropped: int = 0  # dropped from a full live buffer (oldest first)
-    frames_skipped: int = 0  # decoded but not delivered: no app samples them (its demand)
+    frames_skipped: int = 0  # not delivered, no app samples them (its demand): decoded, or not
+    # even that (a file's non-reference frames)
     decode_errors: int = 0
     reconnects: int = 0
     gaps: int = 0
@@ -145,6 +146,10 @@ class ManagedStream:
             with self._lock:
                 self.stats.frames_skipped += 1
         return wanted
+
+    def _due(self, pts_ms: float) -> bool:
+        sampler = self._demand
+        return sampler is None or sampler.due(pts_ms)
 
     @property
     def native_id(self) -> int | None:
@@ -324,7 +329,7 @@ class ManagedStream:
         video = open_video(self.url)
         # a new pass over the file starts its times again: a new filter at the same rate
         self._demand = None if self._demand_fps is None else FrameSampler(self._demand_fps)
-        video.keep = self._wanted
+        video.keep, video.due = self._wanted, self._due
         info = video.info
         self._set(width=info.width, height=info.height, fps=info.fps)
         frame_ms = 1000.0 / info.fps if info.fps > 0 else 0.0
@@ -348,13 +353,15 @@ class ManagedStream:
                         start_clock -= delay
                 yield self._frame(offset_ms + pts_ms, image)
         finally:
-            self._pass_start_ms = offset_ms + (video.frames_decoded + video.frames_skipped) * frame_ms
+            self._pass_start_ms = offset_ms + (video.frames_decoded + video.frames_skipped
+                                               + video.frames_not_decoded) * frame_ms
             decoded.close()
             video.close()
             if self.recorder is not None:
                 self.recorder.end()
             with self._lock:
                 self.stats.decode_errors += video.decode_errors
+                self.stats.frames_skipped += video.frames_not_decoded
 
     def _frame(self, pts_ms: float, image: np.ndarray) -> Frame:
         frame = Frame(self.name, self._next_frame_id, pts_ms, self.clock(), image)

@@ -124,11 +124,59 @@ class RgbConverter:
         return self._reformatter.reformat(frame, format="rgb24", threads=1).to_ndarray()
 
 
+class NonRefSkip:
+    """Spares the decoder the frames no consumer will take that no other frame refers
+    to (H.264's and HEVC's non-reference frames, FFmpeg's `skip_frame` NONREF): a
+    packet whose time `wanted_at` says is not due is decoded with them skipped. Which
+    packets those were shows only in the frames that do come out, so the times sent
+    with the skip are kept until a frame of that time comes out or the output is
+    `SETTLE_MS` past them: those are the frames never decoded (`skipped`). Counting
+    them keeps a file's frame count, and so its truncation check and its looped
+    times, what it would be with every frame decoded."""
+
+    SETTLE_MS = 2000.0  # past any reordering delay of the codec
+
+    def __init__(self, codec_context, wanted_at: Callable[[float], bool]) -> None:
+        self._codec = codec_context
+        self._wanted_at = wanted_at
+        self._sent: set[float] = set()  # pts_ms of packets sent with the skip, not out yet
+        self._skipping = False
+        self.skipped = 0
+
+    def before(self, packet: av.Packet) -> None:
+        """Sets the skip for this packet: on when its time is known and not due."""
+        skip = False
+        if packet.pts is not None and packet.time_base is not None:
+            pts_ms = float(packet.pts * packet.time_base * 1000.0)
+            skip = not self._wanted_at(pts_ms)
+            if skip:
+                self._sent.add(pts_ms)
+        if skip != self._skipping:
+            self._codec.skip_frame = "NONREF" if skip else "DEFAULT"
+            self._skipping = skip
+
+    def out(self, pts_ms: float) -> None:
+        """A frame came out: its packet was decoded. Times sent well before it are settled."""
+        self._sent.discard(pts_ms)
+        if self._sent and min(self._sent) < pts_ms - self.SETTLE_MS:
+            settled = {t for t in self._sent if t < pts_ms - self.SETTLE_MS}
+            self.skipped += len(settled)
+            self._sent -= settled
+
+    def finish(self) -> None:
+        """The input ended and the decoder is flushed: what never came out was skipped."""
+        self.skipped += len(self._sent)
+        self._sent.clear()
+
+
 class Video:
     """One pass over a file or a rendered clip: `decode()` yields (pts_ms, [H, W, 3]
     uint8 RGB) in order on the caller's thread and raises SourceError on failure.
     `keep(pts_ms)` false: the frame is decoded (the codec needs it) but never converted
     to RGB nor yielded (a stream's demand, streams/live.py), and counted as skipped.
+    `due(pts_ms)`, where set, says the same without taking the frame: a file decodes
+    without the non-reference frames that are not due (`NonRefSkip`), and counts them
+    in `frames_not_decoded`.
     `on_packet`: called with each demuxed packet of a file (its recording,
     streams/recording.py); `stream` is the PyAV stream they come from (None: the video
     has no packets, a rendered clip)."""
@@ -138,9 +186,11 @@ class Video:
     def __init__(self, info: SourceInfo) -> None:
         self.info = info
         self.keep: Callable[[float], bool] | None = None
+        self.due: Callable[[float], bool] | None = None
         self.on_packet: Callable[[av.Packet], None] | None = None
         self.frames_decoded = 0  # yielded
-        self.frames_skipped = 0
+        self.frames_skipped = 0  # decoded, not yielded (keep)
+        self.frames_not_decoded = 0  # not due, and so not decoded (due)
         self.decode_errors = 0
 
     def decode(self) -> Iterator[tuple[float, np.ndarray]]:
@@ -180,10 +230,13 @@ class FileVideo(Video):
         consecutive, last_error, count = 0, "", 0
         last_pts_ms = -1.0
         to_rgb = RgbConverter()
+        skip = None if self.due is None else NonRefSkip(self.stream.codec_context, self.due)
         try:
             for packet in self._container.demux(self.stream):
                 if self.on_packet is not None:
                     self.on_packet(packet)
+                if skip is not None:
+                    skip.before(packet)
                 try:
                     decoded = packet.decode()
                 except av.error.FFmpegError as exc:
@@ -191,15 +244,22 @@ class FileVideo(Video):
                     consecutive += 1
                     last_error = str(exc)
                     if consecutive > self.options.max_consecutive_errors:
-                        raise SourceError(f"{self.path}: corrupt data after frame {count}: {last_error}") from None
+                        raise SourceError(f"{self.path}: corrupt data after frame "
+                                          f"{count + (skip.skipped if skip else 0)}: {last_error}") from None
                     continue
                 consecutive = 0
                 for frame in decoded:
                     pts_ms = float(frame.time * 1000.0) if frame.time is not None else count * 1000.0 / self.info.fps
                     last_pts_ms = pts_ms
                     count += 1
+                    if skip is not None:
+                        skip.out(pts_ms)
                     if self._wanted(pts_ms):
                         yield pts_ms, to_rgb(frame)
+            if skip is not None:
+                skip.finish()
+                count += skip.skipped
+                self.frames_not_decoded += skip.skipped
             expected = self.info.expected_frames
             if expected and count < expected - 1:
                 detail = f"; decoder said: {last_error}" if last_error else ""

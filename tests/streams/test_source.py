@@ -130,3 +130,27 @@ def test_decoder_threads_by_frame_size(tmp_path, size, threads):
         stream, _ = video_stream(container, str(path))
         assert stream.codec_context.thread_count == threads
         assert len(list(container.decode(stream))) == 1
+
+
+@pytest.mark.parametrize("fps", [5.0, 7.5])
+def test_frames_not_due_are_not_decoded_when_nothing_refers_to_them(fps):
+    """A stream sampling below the clip's rate gets the same frames whether or not the
+    decoder skips the non-reference frames that are not due; the skipped ones are
+    counted, so the pass still accounts for every frame of the file."""
+    from streams.blocks import FrameSampler
+    from streams.source import FileVideo, SourceOptions
+    from support.clips import BUNDLED, load_truth
+
+    clip = next(c for c in BUNDLED if c.stem == "street_b")  # encoded with B-frames
+    got = {}
+    for skip in (False, True):
+        video, sampler = FileVideo(clip, SourceOptions()), FrameSampler(fps)
+        video.keep = sampler.wants
+        video.due = sampler.due if skip else None
+        got[skip] = [pts for pts, _ in video.decode()], video
+    (plain, full), (skipped, lean) = got[False], got[True]
+    assert skipped == plain and len(plain) > 0
+    assert full.frames_not_decoded == 0 and lean.frames_not_decoded > 0
+    total = load_truth(clip)["num_frames"]
+    for v in (full, lean):
+        assert v.frames_decoded + v.frames_skipped + v.frames_not_decoded == total
