@@ -37,7 +37,7 @@ from streams.clock import monotonic_ms
 from streams.frames import Frame
 from streams.numbers import json_int
 from streams.recording import StreamRecorder
-from streams.source import RgbConverter, SourceError, is_transient, open_video, video_stream
+from streams.source import NonRefSkip, RgbConverter, SourceError, is_transient, open_video, video_stream
 from streams.urls import ffmpeg_options, is_live_url, redact_url, scheme_of, scrub
 
 log = logging.getLogger("vigil.streams")
@@ -71,8 +71,8 @@ class StreamStats:
     last_error: str | None = None
     frames_decoded: int = 0
     frames_dropped: int = 0  # dropped from a full live buffer (oldest first)
-    frames_skipped: int = 0  # not delivered, no app samples them (its demand): decoded, or not
-    # even that (a file's non-reference frames)
+    frames_skipped: int = 0  # decoded but not delivered: no app samples them (its demand)
+    frames_not_decoded: int = 0  # nor decoded: non-reference frames no app samples (NonRefSkip)
     decode_errors: int = 0
     reconnects: int = 0
     gaps: int = 0
@@ -293,6 +293,7 @@ class ManagedStream:
         try:
             stream, fps = video_stream(container, self.redacted)
             to_rgb = RgbConverter()
+            skip = NonRefSkip(stream.codec_context, self._due)
             self._set(width=stream.codec_context.width or None, fps=fps or None)
             if self.recorder is not None:
                 self.recorder.begin(stream, offset_ms=None)  # a camera's times are the wall clock's
@@ -302,6 +303,7 @@ class ManagedStream:
                         return
                     if self.recorder is not None:
                         self.recorder.write(packet)
+                    skip.before(packet)
                     try:
                         decoded = packet.decode()
                     except av.error.FFmpegError:
@@ -309,6 +311,11 @@ class ManagedStream:
                             self.stats.decode_errors += 1
                         continue
                     for f in decoded:
+                        if f.time is not None:
+                            skip.out(float(f.time) * 1000.0)
+                        if skip.skipped:
+                            with self._lock:
+                                self.stats.frames_not_decoded += skip.take()
                         if f.time is not None and not self._wanted(float(f.time) * 1000.0):
                             continue
                         image = to_rgb(f)
@@ -361,7 +368,7 @@ class ManagedStream:
                 self.recorder.end()
             with self._lock:
                 self.stats.decode_errors += video.decode_errors
-                self.stats.frames_skipped += video.frames_not_decoded
+                self.stats.frames_not_decoded += video.frames_not_decoded
 
     def _frame(self, pts_ms: float, image: np.ndarray) -> Frame:
         frame = Frame(self.name, self._next_frame_id, pts_ms, self.clock(), image)

@@ -168,6 +168,11 @@ class NonRefSkip:
         self.skipped += len(self._sent)
         self._sent.clear()
 
+    def take(self) -> int:
+        """The frames known skipped since the last take (a live stream's running count)."""
+        taken, self.skipped = self.skipped, 0
+        return taken
+
 
 class Video:
     """One pass over a file or a rendered clip: `decode()` yields (pts_ms, [H, W, 3]

@@ -23,9 +23,15 @@ class ServiceCollector:
 
     def collect(self) -> Iterator[Metric]:
         status = GaugeMetricFamily("vigil_stream_status", "1 for the stream's current status", labels=["stream", "status"])
-        decoded = CounterMetricFamily("vigil_stream_frames_decoded", "Frames decoded", labels=["stream"])
+        decoded = CounterMetricFamily("vigil_stream_frames_decoded", "Frames decoded and delivered to the apps",
+                                      labels=["stream"])
         dropped = CounterMetricFamily("vigil_stream_frames_dropped", "Frames dropped from a full live buffer",
                                       labels=["stream"])
+        skipped = CounterMetricFamily("vigil_stream_frames_skipped", "Frames decoded that no app samples",
+                                      labels=["stream"])
+        not_decoded = CounterMetricFamily("vigil_stream_frames_not_decoded",
+                                          "Frames no app samples that nothing refers to, left undecoded",
+                                          labels=["stream"])
         reconnects = CounterMetricFamily("vigil_stream_reconnects", "Reconnect attempts", labels=["stream"])
         gaps = CounterMetricFamily("vigil_stream_gaps", "Gaps in frames after a reconnect", labels=["stream"])
         for s in self.service.streams.list():
@@ -33,9 +39,11 @@ class ServiceCollector:
                 status.add_metric([s["name"], st], 1.0 if s["status"] == st else 0.0)
             decoded.add_metric([s["name"]], s["frames_decoded"])
             dropped.add_metric([s["name"]], s["frames_dropped"])
+            skipped.add_metric([s["name"]], s["frames_skipped"])
+            not_decoded.add_metric([s["name"]], s["frames_not_decoded"])
             reconnects.add_metric([s["name"]], s["reconnects"])
             gaps.add_metric([s["name"]], s["gaps"])
-        yield from (status, decoded, dropped, reconnects, gaps)
+        yield from (status, decoded, dropped, skipped, not_decoded, reconnects, gaps)
         attainment = GaugeMetricFamily("vigil_app_slo_attainment", "Requests within SLO / arrived, over a window",
                                        labels=["app", "window"])
         throughput = GaugeMetricFamily("vigil_app_throughput_fps", "Frames completed per second, last minute",

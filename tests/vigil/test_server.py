@@ -135,6 +135,8 @@ def test_prometheus_metrics_and_latest_frame(api):
     text = api.get("/metrics").text
     assert 'vigil_app_slo_attainment{app="people",window="1m"}' in text
     assert 'vigil_stream_status{status="live",stream="street"} 1.0' in text
+    for counter in ("decoded", "skipped", "not_decoded"):
+        assert f'vigil_stream_frames_{counter}_total{{stream="street"}}' in text
     assert "vigil_requests_arrived_total" in text and "vigil_batch_size_bucket" in text
     r = api.get("/v1/apps/people/frame.jpg")
     assert r.status_code == 200 and r.headers["content-type"] == "image/jpeg" and r.content[:2] == b"\xff\xd8"

@@ -100,6 +100,7 @@ class StreamService:
         s = worker.stream.status()
         return {"name": name, "url": s["url"], "status": s["status"], "last_error": s["last_error"],
                 "frames_decoded": s["frames_decoded"], "frames_dropped": s["frames_dropped"],
+                "frames_skipped": s["frames_skipped"], "frames_not_decoded": s["frames_not_decoded"],
                 "reconnects": s["reconnects"], "gaps": s["gaps"], "last_gap_ms": s["last_gap_ms"],
                 "decode_errors": s["decode_errors"], "live": s["live"], "apps": worker.app_names(),
                 "overloaded": any(self.governor.state(a)["overloaded"] for a in worker.app_names()),
