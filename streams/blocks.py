@@ -114,14 +114,14 @@ class FrameSampler:
         self.period_ms = 1000.0 / fps
 
     def due(self, pts_ms: float) -> bool:
-        """Whether `wants(pts_ms)` would keep the frame, without taking it."""
+        """Whether `wants(pts_ms)` would keep the frame, without taking it. Half a
+        millisecond of slack absorbs rounding in container timestamps."""
         return self.period_ms is None or self.next_due_ms is None or pts_ms >= self.next_due_ms - 0.5
 
     def wants(self, pts_ms: float) -> bool:
         if self.period_ms is None:
             return True
-        # Half a millisecond of slack absorbs rounding in container timestamps.
-        if self.next_due_ms is not None and pts_ms < self.next_due_ms - 0.5:
+        if not self.due(pts_ms):
             return False
         due = pts_ms if self.next_due_ms is None else self.next_due_ms
         # the first due time past this frame, computed directly: a stream that jumps

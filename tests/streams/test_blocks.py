@@ -137,3 +137,18 @@ def test_after_a_gap_a_frame_closes_the_old_block_and_waits_in_the_new_one():
     assert cutter.add(make_frame(1, pts_ms=100.0)) is None
     assert cutter.add(make_frame(2, pts_ms=900.0)).frame_ids.tolist() == [0, 1]  # the gap closes [0, 1]
     assert cutter.add(make_frame(3, pts_ms=1100.0)).frame_ids.tolist() == [2, 3]  # one at 1300 would not fit
+
+
+@pytest.mark.parametrize("fps", [None, 1.0, 5.0, 7.5, 14.9])
+def test_due_says_what_wants_would_do_without_taking_the_frame(fps):
+    """The decoder skips a frame on `due` alone (streams/source.py, NonRefSkip): it must
+    agree with `wants` on every frame, and asking it must change nothing."""
+    import random
+
+    rng = random.Random(7)
+    sampler, t = FrameSampler(fps), 0.0
+    for _ in range(500):
+        t += rng.choice([1000 / 15, 1000 / 30, 0.3, 250.0])
+        asked = sampler.due(t)
+        assert sampler.due(t) == asked
+        assert sampler.wants(t) == asked
