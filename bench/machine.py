@@ -8,26 +8,9 @@ that a slow window can be told from a slow change.
 
 from __future__ import annotations
 
-from pathlib import Path
+from engine.machine_load import FIELDS, cpu_times
 
-STAT = Path("/proc/stat")
-FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
-
-
-def cpu_times(text: str | None = None) -> dict[str, int] | None:
-    """The machine's CPU time counters (clock ticks, all cores) from /proc/stat's
-    `cpu` line; None where there is no such file (not Linux)."""
-    if text is None:
-        try:
-            text = STAT.read_text()
-        except OSError:
-            return None
-    for line in text.splitlines():
-        parts = line.split()
-        if parts and parts[0] == "cpu":
-            values = [int(v) for v in parts[1:1 + len(FIELDS)]]
-            return dict(zip(FIELDS, values + [0] * (len(FIELDS) - len(values))))
-    return None
+__all__ = ["cpu_times", "steal_share"]
 
 
 def steal_share(before: dict[str, int] | None, after: dict[str, int] | None) -> float | None:

@@ -19,10 +19,14 @@ from typing import Any
 
 from engine.adapters import Fragment, LoadedModel, load_model
 from engine.lanes import use_threads
+from engine.machine_load import OthersLoad
 from engine.profiles import Profile, ProfileStore, device_key, measure
 from engine.repository import ModelRepository, RepositoryError
 
 log = logging.getLogger("vigil.engine")
+
+OTHERS_MAX_CORES = 0.25  # others' load while profiling past which the profile is not stored (engine/machine_load.py)
+STALE_RATIO = 1.5  # a stored latency this many times what the device does now is measured again
 
 
 @dataclass
@@ -189,7 +193,6 @@ class ModelManager:
     def _profiles(self, model: LoadedModel) -> dict[str, Profile]:
         use_threads(self.threads)  # timed as a lane runs them
         store = ProfileStore(model.folder)
-        sizes = tuple(model.spec.batch_sizes)
         out: dict[str, Profile] = {}
         samples: dict[str, Any] = {}
         import numpy as np
@@ -201,22 +204,33 @@ class ModelManager:
             samples[name] = frag.split(frag.run(frag.collate([sample])), 1)[0]
             with self.lock:
                 shared = self.sessions.get(frag.hash)
-            if shared is not None:
-                out[name] = shared.profile
-                continue
-            profile = store.get(frag.hash, self._device_key, sizes)
-            if profile is not None and _stale(profile, lambda f=frag, s=sample: f.run(f.collate([s])),
-                                              self._synchronize):
-                log.info("stored profile of %s/%s looks measured on a busy machine; measuring again",
-                         model.spec.name, name)
-                profile = None
-            if profile is None:
-                log.info("profiling %s/%s version %s on %s", model.spec.name, name, model.version, self.device)
-                profile = measure(lambda b, f=frag, s=sample: f.run(f.collate([s] * b)), sizes, frag.hash,
-                                  self._device_key, synchronize=self._synchronize)
-                store.put(profile)
-            out[name] = profile
+            out[name] = shared.profile if shared is not None else \
+                self._profile_of(model, name, frag, sample, store)
         return out
+
+    def _profile_of(self, model: LoadedModel, name: str, frag: Fragment, sample: Any,
+                    store: ProfileStore) -> Profile:
+        """The fragment's stored profile unless it looks stale; otherwise measured, and
+        stored unless other processes were busy meanwhile."""
+        def run(b: int) -> None:
+            frag.run(frag.collate([sample] * b))
+
+        label = f"{model.spec.name}/{name}"
+        profile = store.get(frag.hash, self._device_key, tuple(model.spec.batch_sizes))
+        if profile is not None:
+            if not _stale(profile, run, self._synchronize):
+                return profile
+            log.info("stored profile of %s looks measured on a busy machine; measuring again", label)
+        log.info("profiling %s version %s on %s", label, model.version, self.device)
+        with OthersLoad() as others:
+            profile = measure(run, tuple(model.spec.batch_sizes), frag.hash, self._device_key,
+                              synchronize=self._synchronize)
+        if others.cores is not None and others.cores > OTHERS_MAX_CORES:
+            log.warning("profiled %s while other processes took %.2f cores: using it for this run, not storing it",
+                        label, others.cores)
+        else:
+            store.put(profile)
+        return profile
 
     def _synchronize(self) -> None:
         if self.device.startswith("cuda"):
@@ -233,16 +247,21 @@ class ModelManager:
                     for name, vs in sorted(self.versions.items())}
 
 
-def _stale(profile, run_one, synchronize, tries: int = 3) -> bool:
-    """A stored profile whose batch-1 latency is over twice what the device does now
-    was measured while something else had the device: planning on it would drop
-    requests that could have been served."""
+def _stale(profile, run_batch, synchronize, tries: int = 2) -> bool:
+    """A stored profile whose smallest or largest batch takes over `STALE_RATIO` times
+    what the device does now (best of `tries`) was measured while something else had
+    the device: planning on it would drop requests that could have been served. The
+    largest batch is checked too, because a busy machine slows long batches most: a
+    profile measured beside a package install was 1.5x slow at batch 1 and 3.3x at 16."""
     import time as _time
 
-    best = float("inf")
-    for _ in range(tries):
-        t0 = _time.perf_counter()
-        run_one()
-        synchronize()
-        best = min(best, (_time.perf_counter() - t0) * 1000.0)
-    return profile.latency_ms(profile.batch_sizes[0]) > 2.0 * best
+    for size in dict.fromkeys((profile.batch_sizes[0], profile.batch_sizes[-1])):
+        best = float("inf")
+        for _ in range(tries):
+            t0 = _time.perf_counter()
+            run_batch(size)
+            synchronize()
+            best = min(best, (_time.perf_counter() - t0) * 1000.0)
+        if profile.latency_ms(size) > STALE_RATIO * best:
+            return True
+    return False

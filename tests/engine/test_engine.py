@@ -1,5 +1,6 @@
 """The engine over real (tiny) torch models: sharing, hot swaps, drops, bad files."""
 
+import json
 import threading
 from collections import Counter
 
@@ -292,3 +293,39 @@ def test_a_slowdown_learnt_under_load_fades_while_the_session_runs_nothing(tmp_p
         assert engine.admission.profile(session).latency_ms(1) == pytest.approx(base, rel=0.01)
         assert engine.submit(request(engine=engine, slo_ms=1e9)).result(timeout=10).version == 1
         assert engine.observed.slowdown[session][2] == now[0]  # a batch ran: the slowdown is measured afresh
+
+
+def test_a_profile_measured_while_others_were_busy_is_used_but_not_stored(tmp_path, engine_factory, monkeypatch):
+    class Busy:
+        cores = 1.0  # what engine/machine_load.py reports beside a spinning process
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            pass
+
+    folder = write_model(tmp_path, "m", 1)
+    monkeypatch.setattr("engine.servables.OthersLoad", Busy)
+    engine = engine_factory()
+    engine.load("m")
+    assert engine.profiles()["m/backbone"]["batch_sizes"] == [1, 2, 4, 8]
+    assert not list((folder / "profiles").glob("*.json"))  # the next start measures again
+    assert engine.submit(request(engine=engine)).result(timeout=10).version == 1
+
+
+def test_a_stored_profile_slow_at_its_largest_batch_is_measured_again(tmp_path, engine_factory):
+    """A busy machine slows long batches most: batch 1 as measured idle, batch 8 many
+    times as long. Planning on it would shed what the device could serve."""
+    folder = write_model(tmp_path, "m", 1)
+    engine_factory().load("m")
+    path = next((folder / "profiles").glob("*.json"))
+    stored = json.loads(path.read_text())
+    for entry in stored.values():
+        entry["mean_ms"][-1] = 10.0 * entry["mean_ms"][-1] + 5.0  # sub-millisecond batches jitter
+    path.write_text(json.dumps(stored))
+    second = engine_factory()
+    second.load("m")
+    again = json.loads(path.read_text())
+    assert all(again[h]["mean_ms"][-1] < stored[h]["mean_ms"][-1] / 2 for h in stored)
+    assert second.profiles()["m/backbone"]["mean_ms"] in [e["mean_ms"] for e in again.values()]  # plans on it
