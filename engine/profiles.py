@@ -120,6 +120,22 @@ class Profile:
                    tuple(d["std_ms"]))
 
 
+def cpu_model(cpuinfo: str | None = None) -> str:
+    """The CPU's model name where Linux tells it (`platform.processor()` is empty there,
+    and "x86_64" alone let a profile from one CPU plan for another), else what
+    `platform` knows."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            cpuinfo = ""
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "model name" and value.strip():
+            return f"{platform.machine()}-{value.strip()}"
+    return platform.processor() or platform.machine()
+
+
 def device_key(device: str, threads: int | None = None) -> str:
     """Identifies the hardware and software a profile was measured on: on a CPU, with
     the threads a batch runs on (engine/lanes.py; None: torch's count)."""
@@ -128,8 +144,7 @@ def device_key(device: str, threads: int | None = None) -> str:
     if device.startswith("cuda"):
         name = torch.cuda.get_device_name(torch.device(device))
     else:
-        name = platform.processor() or platform.machine()
-        name = f"{name}-{threads or torch.get_num_threads()}threads"
+        name = f"{cpu_model()}-{threads or torch.get_num_threads()}threads"
     return f"{device.split(':')[0]}:{name}:torch{torch.__version__}".replace(" ", "_").replace("/", "_")
 
 

@@ -3,7 +3,9 @@ fairly: sizes are timed in interleaved rounds, and the median over rounds is kep
 
 from __future__ import annotations
 
-from engine.profiles import Profile, measure
+import platform
+
+from engine.profiles import Profile, cpu_model, device_key, measure
 
 
 class Device:
@@ -67,3 +69,13 @@ def test_the_efficient_batch_is_the_largest_near_the_best_rate():
     assert profile([9.0, 7.0, 6.0, 6.1, 9.5]).efficient_batch == 8  # within 3% of the best: the larger
     assert profile([4.0, 2.0, 1.0, 0.6, 0.5]).efficient_batch == 16  # a GPU: more items/s all the way
     assert Profile.linear(2.0, 10.0, 8).efficient_batch == 8
+
+
+
+def test_a_cpu_profile_is_keyed_by_the_cpu_model_not_only_the_architecture():
+    """A profile stored on one CPU must not plan for another of the same architecture."""
+    xeon = "processor\t: 0\nmodel name\t: Intel(R) Xeon(R) CPU @ 2.20GHz\nflags\t: fpu\n"
+    epyc = "processor\t: 0\nmodel name\t: AMD EPYC\n"
+    assert "Xeon" in cpu_model(xeon) and "EPYC" in cpu_model(epyc) and cpu_model(xeon) != cpu_model(epyc)
+    assert cpu_model("") == (platform.processor() or platform.machine())  # no /proc/cpuinfo
+    assert cpu_model().replace(" ", "_").replace("/", "_") in device_key("cpu", 1)
