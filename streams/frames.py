@@ -1,9 +1,12 @@
 """The unit of video that travels from ingest to the engine: `Frame` and `FrameBlock`.
 
-A `FrameBlock` is built by `streams` and reaches the engine and the apps unchanged;
-selecting a subset of its frames (per-app frame-rate sampling) gives another block
-that shares the pixel memory when the frames kept are evenly spaced (a slice): blocks
-are read, never written, after they are cut.
+A `FrameBlock` is built by `streams` and reaches the engine and the apps unchanged.
+Its pixels are its frames' own arrays, as the decoder made them: cutting a block
+copies no pixel, and neither does selecting a subset of its frames (per-app
+frame-rate sampling). Stacking them into one [N, H, W, 3] array cost a copy of every
+frame, 7-8% of a stream worker's samples at sixteen cameras (py-spy), where nothing
+downstream needs the stack: the engine takes one frame per request. Blocks are read,
+never written, after they are cut.
 """
 
 from __future__ import annotations
@@ -29,15 +32,23 @@ class FrameBlock:
     frame_ids: np.ndarray  # [N] int64
     pts_ms: np.ndarray  # [N] float64
     capture_ms: np.ndarray  # [N] float64
-    pixels: np.ndarray  # [N, H, W, 3] uint8 RGB
+    # N frames, each [H, W, 3] uint8 RGB, all of one size; an [N, H, W, 3] array is taken
+    # as its N frames (views of it)
+    pixels: tuple[np.ndarray, ...]
 
     def __post_init__(self) -> None:
         n = len(self.frame_ids)
-        if self.pixels.ndim != 4 or self.pixels.shape[3] != 3 or self.pixels.dtype != np.uint8:
+        if isinstance(self.pixels, np.ndarray) and self.pixels.ndim != 4:
             raise ValueError(f"pixels must be [N, H, W, 3] uint8; was {self.pixels.shape} {self.pixels.dtype}")
-        if not (len(self.pts_ms) == len(self.capture_ms) == self.pixels.shape[0] == n):
+        frames = tuple(self.pixels)
+        object.__setattr__(self, "pixels", frames)
+        for image in frames:
+            if image.ndim != 3 or image.shape[2] != 3 or image.dtype != np.uint8 or image.shape != frames[0].shape:
+                raise ValueError(f"pixels must be N frames of one size, each [H, W, 3] uint8; a frame was "
+                                 f"{image.shape} {image.dtype}, the first {frames[0].shape}")
+        if not (len(self.pts_ms) == len(self.capture_ms) == len(frames) == n):
             raise ValueError(f"block arrays disagree on N: frame_ids {n}, pts_ms {len(self.pts_ms)}, "
-                             f"capture_ms {len(self.capture_ms)}, pixels {self.pixels.shape[0]}")
+                             f"capture_ms {len(self.capture_ms)}, pixels {len(frames)}")
 
     def __len__(self) -> int:
         return len(self.frame_ids)
@@ -45,7 +56,9 @@ class FrameBlock:
     @property
     def size(self) -> tuple[int, int]:
         """(width, height)"""
-        return self.pixels.shape[2], self.pixels.shape[1]
+        if not self.pixels:
+            raise ValueError("a block of no frames has no size")
+        return self.pixels[0].shape[1], self.pixels[0].shape[0]
 
     def select(self, keep: np.ndarray | list[bool]) -> "FrameBlock":
         """The frames where `keep` is true (a boolean mask), as a block with the same id."""
@@ -54,10 +67,9 @@ class FrameBlock:
             raise ValueError(f"selection mask must have shape ({len(self)},); was {mask.shape}")
         if mask.all():
             return self
-        pick = _as_slice(np.flatnonzero(mask))
-        pick = mask if pick is None else pick  # a view when the frames kept are evenly spaced
+        pick = np.flatnonzero(mask)
         return FrameBlock(self.stream_id, self.block_id, self.frame_ids[pick], self.pts_ms[pick],
-                          self.capture_ms[pick], self.pixels[pick])
+                          self.capture_ms[pick], tuple(self.pixels[i] for i in pick))
 
     def frame(self, i: int) -> Frame:
         return Frame(self.stream_id, int(self.frame_ids[i]), float(self.pts_ms[i]),
@@ -71,15 +83,5 @@ class FrameBlock:
                    np.array([f.frame_id for f in frames], np.int64),
                    np.array([f.pts_ms for f in frames], np.float64),
                    np.array([f.capture_ms for f in frames], np.float64),
-                   np.stack([f.image for f in frames]))
+                   tuple(f.image for f in frames))
 
-
-def _as_slice(idx: np.ndarray) -> slice | None:
-    """`idx` (ascending) as a slice when its steps are all equal (None otherwise): every
-    frame, every k-th, one frame or none, as frame-rate sampling mostly keeps them."""
-    if len(idx) < 2:
-        return slice(int(idx[0]), int(idx[0]) + 1) if len(idx) else slice(0, 0)
-    steps = np.diff(idx)
-    if not (steps == steps[0]).all():
-        return None
-    return slice(int(idx[0]), int(idx[-1]) + 1, int(steps[0]))

@@ -121,7 +121,9 @@ class RgbConverter:
         self._reformatter = VideoReformatter()
 
     def __call__(self, frame: av.VideoFrame) -> np.ndarray:
-        return self._reformatter.reformat(frame, format="rgb24", threads=1).to_ndarray()
+        # a view of the frame's plane, rows padded where 3 x width is not aligned (854
+        # wide: 2592 bytes a row): made contiguous there, since blocks keep these arrays
+        return np.ascontiguousarray(self._reformatter.reformat(frame, format="rgb24", threads=1).to_ndarray())
 
 
 class NonRefSkip:

@@ -197,6 +197,8 @@ def test_profiles_are_stored_and_reused(tmp_path, engine_factory):
     assert len(stored) == 1
     profile = engine.profiles()["m/backbone"]
     assert profile["batch_sizes"] == [1, 2, 4, 8] and all(m > 0 for m in profile["mean_ms"])
+    shown = {f["name"]: f["profile"] for f in engine.models()["m"]["versions"][1]["fragments"]}
+    assert shown["backbone"]["mean_ms"] == profile["mean_ms"]  # the model's status shows what it plans with
     before = stored[0].stat().st_mtime_ns
     second = engine_factory()
     second.load("m")

@@ -84,7 +84,7 @@ def test_block_select_and_validation():
     block = make_block(num_frames=4)
     sub = block.select([True, False, True, False])
     assert sub.frame_ids.tolist() == [0, 2]
-    assert sub.pixels.shape[0] == 2 and sub.block_id == block.block_id
+    assert len(sub.pixels) == 2 and sub.block_id == block.block_id
     with pytest.raises(ValueError, match="selection mask must have shape"):
         block.select([True])
     with pytest.raises(ValueError, match="disagree on N"):
@@ -93,20 +93,31 @@ def test_block_select_and_validation():
         FrameBlock("s", 0, np.arange(2), np.zeros(2), np.zeros(2), np.zeros((2, 4, 4, 3), np.float32))
 
 
-@pytest.mark.parametrize("keep, shares", [
-    ([True] * 6, True), ([True, False] * 3, True), ([False, True, False, False, True, False], True),
-    ([False, False, False, False, True, False], True), ([False] * 6, True),
-    ([True, True, False, True, False, False], False)])
-def test_a_selection_shares_pixels_when_its_frames_are_evenly_spaced(keep, shares):
-    """Frame-rate sampling keeps every k-th frame: those selections are views, not copies
-    of every pixel (any other mask still selects exactly its frames)."""
-    block = make_block(num_frames=6)
-    block.pixels[:] = np.arange(6, dtype=np.uint8)[:, None, None, None]
+@pytest.mark.parametrize("keep", [
+    [True] * 6, [True, False] * 3, [False, True, False, False, True, False], [False, False, False, False, True, False],
+    [False] * 6, [True, True, False, True, False, False]])
+def test_a_block_and_its_selections_hold_the_decoder_s_frames_not_copies(keep):
+    """Cutting a block and sampling its frames copy no pixel: each frame is the array
+    the decoder made (a stacked copy of every frame was most of a worker's memory traffic)."""
+    frames = [make_frame(i, value=i) for i in range(6)]
+    block = FrameBlock.from_frames(0, frames)
+    assert all(block.pixels[i] is frames[i].image for i in range(6))
     sub = block.select(keep)
     want = [i for i, k in enumerate(keep) if k]
-    assert sub.frame_ids.tolist() == want
-    assert sub.pixels[:, 0, 0, 0].tolist() == want and sub.capture_ms.tolist() == block.capture_ms[want].tolist()
-    assert np.shares_memory(sub.pixels, block.pixels) == (shares and bool(want))
+    assert sub.frame_ids.tolist() == want and sub.capture_ms.tolist() == block.capture_ms[want].tolist()
+    assert [int(image[0, 0, 0]) for image in sub.pixels] == want
+    assert all(image is frames[i].image for image, i in zip(sub.pixels, want))
+
+
+def test_a_stacked_array_is_taken_as_its_frames():
+    stacked = np.arange(2 * 4 * 4 * 3, dtype=np.uint8).reshape(2, 4, 4, 3)
+    block = FrameBlock("s", 0, np.arange(2), np.zeros(2), np.zeros(2), stacked)
+    assert len(block.pixels) == 2 and np.shares_memory(block.pixels[1], stacked) and block.size == (4, 4)
+    with pytest.raises(ValueError, match="one size"):
+        FrameBlock("s", 0, np.arange(2), np.zeros(2), np.zeros(2),
+                   (np.zeros((4, 4, 3), np.uint8), np.zeros((4, 5, 3), np.uint8)))
+    with pytest.raises(ValueError, match="no size"):
+        _ = block.select([False, False]).size
 
 
 def test_frames_before_a_failure_come_out_as_a_last_block():

@@ -154,3 +154,20 @@ def test_frames_not_due_are_not_decoded_when_nothing_refers_to_them(fps):
     total = load_truth(clip)["num_frames"]
     for v in (full, lean):
         assert v.frames_decoded + v.frames_skipped + v.frames_not_decoded == total
+
+
+def test_rgb_frames_are_contiguous_whatever_the_row_padding():
+    """854 x 3 bytes is not a multiple of FFmpeg's row alignment: PyAV hands back a view
+    with padded rows. Blocks keep the converter's arrays as they are, so it makes them
+    contiguous, as cv2 and torch consumers may assume."""
+    import av
+    import numpy as np
+
+    from streams.source import RgbConverter
+
+    frame = av.VideoFrame(854, 480, "yuv420p")
+    for plane in frame.planes:
+        plane.update(bytes(range(256)) * (plane.buffer_size // 256) + bytes(plane.buffer_size % 256))
+    ours = RgbConverter()(frame)
+    assert ours.shape == (480, 854, 3) and ours.flags["C_CONTIGUOUS"]
+    assert np.array_equal(ours, frame.to_ndarray(format="rgb24"))

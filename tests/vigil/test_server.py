@@ -123,6 +123,8 @@ def test_events_filter_and_page(api):
 def test_models_list_label_and_status(api):
     models = {m["id"]: m for m in api.get("/v1/models").json()["data"]}
     assert models["scenedet"]["versions_on_disk"] == [1, 2] and 2 in models["scenedet"]["loaded"]
+    backbone = next(f for f in models["scenedet"]["fragments"]["2"] if f["name"] == "backbone")
+    assert backbone["profile"]["batch_sizes"] and all(ms > 0 for ms in backbone["profile"]["mean_ms"])
     r = api.put("/v1/models/scenedet/labels/canary", json={"version": 1})
     assert r.status_code == 200 and r.json()["labels"]["canary"] == 1
     assert api.put("/v1/models/scenedet/labels/canary", json={"version": 99}).status_code == 409

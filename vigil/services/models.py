@@ -47,9 +47,11 @@ class ModelService:
             live = loaded.get(name, {})
             labels = dict(config.labels) if config else {}
             labels.update(live.get("labels", {}))
-            out.append({"name": name, "versions_on_disk": on_disk,
-                        "loaded": sorted(int(v) for v in live.get("versions", {})),
-                        "labels": labels, "error": self.shown(error)})
+            versions = live.get("versions", {})
+            out.append({"name": name, "versions_on_disk": on_disk, "loaded": sorted(int(v) for v in versions),
+                        "labels": labels, "error": self.shown(error),
+                        # per loaded version: its fragments, with what a batch of each size takes here
+                        "fragments": {str(v): info["fragments"] for v, info in sorted(versions.items())}})
         return out
 
     def get(self, name: str) -> dict:
