@@ -243,13 +243,14 @@ class ModelManager:
         each size takes: the capacity the scheduler plans with)."""
         info = self.sessions.get(frag.hash)
         profile = None if info is None else \
-            {k: v for k, v in info.profile.to_dict().items() if k in ("device_key", "batch_sizes", "mean_ms", "std_ms")}
+            {k: v for k, v in info.profile.to_dict().items() if k != "fragment_hash"}  # `hash` says it
         return {**frag.describe(), "profile": profile}
 
     def describe(self) -> dict:
         with self.lock:
             return {name: {"versions": {v: {"in_flight": s.in_flight, "random_weights": s.model.random_weights,
-                                             "fragments": [self._describe_fragment(f) for f in s.model.fragments.values()]}
+                                             "fragments": [self._describe_fragment(f)
+                                                           for f in s.model.fragments.values()]}
                                          for v, s in sorted(vs.items())},
                            "labels": dict(self.labels.get(name, {}))}
                     for name, vs in sorted(self.versions.items())}

@@ -64,7 +64,8 @@ def measured(tmp_path_factory, bundled_clips):
         # first two minutes of the test.
         r = api.post("/v1/models/scenedet/load", json={}, timeout=600)
         assert r.status_code == 200 and r.json()["loaded"], r.text
-        n = cameras_to_overload(api.get("/v1/models/scenedet").json(), api.get("/v1/overview").json()["device"]["lanes"])
+        lanes = api.get("/v1/overview").json()["device"]["lanes"]
+        n = cameras_to_overload(api.get("/v1/models/scenedet").json(), lanes)
         print(f"{n} cameras")
         for i in range(n):
             r = api.post("/v1/streams", json={"name": f"cam{i}", "url": str(clip(bundled_clips, i, n)),

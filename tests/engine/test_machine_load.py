@@ -25,7 +25,8 @@ def test_others_are_the_busy_ticks_less_this_process_s_own(monkeypatch):
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_a_process_spinning_beside_is_seen_and_this_process_s_own_work_is_not():
-    spinner = subprocess.Popen([sys.executable, "-c", "import time\nend = time.time() + 30\nwhile time.time() < end: pass"])
+    spin = "import time\nend = time.time() + 30\nwhile time.time() < end: pass"
+    spinner = subprocess.Popen([sys.executable, "-c", spin])
     try:
         time.sleep(0.3)  # started
         with OthersLoad() as beside:

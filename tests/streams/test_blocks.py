@@ -94,7 +94,8 @@ def test_block_select_and_validation():
 
 
 @pytest.mark.parametrize("keep", [
-    [True] * 6, [True, False] * 3, [False, True, False, False, True, False], [False, False, False, False, True, False],
+    [True] * 6, [True, False] * 3, [False, True, False, False, True, False],
+    [False, False, False, False, True, False],
     [False] * 6, [True, True, False, True, False, False]])
 def test_a_block_and_its_selections_hold_the_decoder_s_frames_not_copies(keep):
     """Cutting a block and sampling its frames copy no pixel: each frame is the array
