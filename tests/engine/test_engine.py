@@ -324,10 +324,11 @@ def test_a_stored_profile_slow_at_its_largest_batch_is_measured_again(tmp_path, 
     path = next((folder / "profiles").glob("*.json"))
     stored = json.loads(path.read_text())
     for entry in stored.values():
-        entry["mean_ms"][-1] = 10.0 * entry["mean_ms"][-1] + 5.0  # sub-millisecond batches jitter
+        entry["mean_ms"][-1] = 100.0 * entry["mean_ms"][-1] + 50.0  # far past any jitter of a busy machine
     path.write_text(json.dumps(stored))
     second = engine_factory()
     second.load("m")
-    again = json.loads(path.read_text())
-    assert all(again[h]["mean_ms"][-1] < stored[h]["mean_ms"][-1] / 2 for h in stored)
-    assert second.profiles()["m/backbone"]["mean_ms"] in [e["mean_ms"] for e in again.values()]  # plans on it
+    # what it plans with (stored again too, unless other processes were busy meanwhile)
+    planned = {p["fragment_hash"]: p for p in second.profiles().values()}
+    assert planned.keys() == stored.keys()
+    assert all(planned[h]["mean_ms"][-1] < stored[h]["mean_ms"][-1] / 2 for h in stored)
