@@ -39,6 +39,7 @@ import yaml
 
 from bench.launch import Launched, free_ports
 from bench.machine import cpu_times, steal_share
+from engine.machine_load import process_ticks
 from vigil.allocator import in_use
 from vigil.settings import MODELS_DIR, ROOT, SAMPLES_DIR
 
@@ -91,8 +92,10 @@ class _Server:
         return 0.0
 
     def cpu_s(self) -> float:
-        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        ticks = process_ticks(self.proc.pid)
+        if ticks is None:
+            raise RuntimeError(f"cannot read the CPU time of vigil serve (pid {self.proc.pid}): it has exited")
+        return ticks / os.sysconf("SC_CLK_TCK")
 
     def stop(self) -> None:
         self.server.stop()

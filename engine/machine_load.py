@@ -40,10 +40,11 @@ def cpu_times(text: str | None = None) -> dict[str, int] | None:
     return None
 
 
-def own_ticks() -> int | None:
-    """This process's CPU time (all its threads, user and system) in clock ticks."""
+def process_ticks(pid: int | str = "self") -> int | None:
+    """A process's CPU time (all its threads, user and system) in clock ticks; this
+    process's by default. None where /proc cannot tell (not Linux, or the process is gone)."""
     try:
-        fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except OSError:
         return None
     return int(fields[11]) + int(fields[12])
@@ -62,7 +63,7 @@ def others_cores(before: tuple[dict[str, int] | None, int | None, float],
 
 
 def reading() -> tuple[dict[str, int] | None, int | None, float]:
-    return cpu_times(), own_ticks(), time.monotonic()
+    return cpu_times(), process_ticks(), time.monotonic()
 
 
 class OthersLoad:
