@@ -254,10 +254,12 @@ def format_cluster_report(result: dict) -> str:
                   f"| {engine['session']} | {engine['rate_rps']} | {engine['attainment']} |"]
     front = result.get("front")
     if front:
-        lines += ["", "| cameras | goodput, vigil serve | goodput, --cluster | ratio | priority camera, one process "
-                  "| priority camera, --cluster |", "|---|---|---|---|---|---|",
+        lines += ["", "| cameras | goodput, vigil serve | goodput, --cluster | ratio | --cluster, streams and apps "
+                  "in the front door | actors / front door | priority camera, one process "
+                  "| priority camera, --cluster |", "|---|---|---|---|---|---|---|---|",
                   f"| {front['cameras']} | {front['local_goodput_fps']} | {front['cluster_goodput_fps']} | "
-                  f"{front['cluster_vs_local']} | {front['local_high_attainment']} | "
+                  f"{front['cluster_vs_local']} | {front.get('cluster_in_front_goodput_fps')} | "
+                  f"{front.get('actors_vs_in_front')} | {front['local_high_attainment']} | "
                   f"{front['cluster_high_attainment']} |"]
     sim = result["sim"]
     lines += ["", f"| simulated devices (occupancy <= {sim.get('max_occupancy')}) | efficiency | attainment |",

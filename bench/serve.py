@@ -69,15 +69,18 @@ class ServeBenchOptions:
 class _Server:
     """`vigil serve` in its own process, the way a user starts it (the vision path; with
     `captions`, scene-lm captions every stream too; with `cluster`, its engine on the
-    Ray cluster at that address)."""
+    Ray cluster at that address, and its streams and apps in actors there unless not
+    `actors`)."""
 
-    def __init__(self, workdir: Path, device: str, captions: bool = False, cluster: str | None = None) -> None:
+    def __init__(self, workdir: Path, device: str, captions: bool = False, cluster: str | None = None,
+                 actors: bool = True) -> None:
         self.port = free_ports(1)[0]
         self.url = f"http://127.0.0.1:{self.port}"
         config = workdir / "vigil.yaml"
         llm = {"llm_model": "scene-lm", "caption_every_s": CAPTION_EVERY_S} if captions else \
             {"llm_model": None, "caption_every_s": 0}
-        config.write_text(yaml.safe_dump({**llm, "limits": {"media_dirs": [str(SAMPLES_DIR)]}}))
+        on = {"cluster": {"address": cluster, "actors": actors}} if cluster else {}
+        config.write_text(yaml.safe_dump({**llm, "limits": {"media_dirs": [str(SAMPLES_DIR)]}, **on}))
         self.server = Launched("vigil serve", [sys.executable, "-m", "vigil", "serve", "--config", str(config),
                                                "--port", str(self.port), "--grpc-port", "0", "--data-dir",
                                                str(workdir / "data"), "--device", device,
@@ -129,9 +132,9 @@ def settled(before: dict, after: dict) -> int:
 
 
 def measure_point(n: int, options: ServeBenchOptions, log: Callable[[str], None], captions: bool = False,
-                  cluster: str | None = None) -> dict:
+                  cluster: str | None = None, actors: bool = True) -> dict:
     with tempfile.TemporaryDirectory(prefix="vigil-bench-serve-") as tmp:
-        server = _Server(Path(tmp), options.device, captions, cluster)
+        server = _Server(Path(tmp), options.device, captions, cluster, actors)
         try:
             with httpx.Client(base_url=server.url, timeout=60) as api:
                 # loaded (and on a fresh clone profiled) before any stream decodes: a
@@ -174,7 +177,8 @@ def measure_point(n: int, options: ServeBenchOptions, log: Callable[[str], None]
         steps = {k: guest[k] - guest_before[k] for k in ("guest_steps_by_share", "guest_steps_in_slack")}
         point.update(captions_per_min=round(60 * written / elapsed, 2), llm_steps=steps,
                      llm_share_since_start=guest["guest_share"])
-    where = (" with captions" if captions else "") + (" on the cluster" if cluster else "")
+    where = (" with captions" if captions else "") + \
+        ((" on the cluster" + ("" if actors else ", streams and apps in the front door")) if cluster else "")
     log(f"  N={n}{where}: goodput {point['goodput_fps']} frames/s, "
         f"high {point['high_attainment']}, low {point['low_attainment']}, p99 all {point['p99_all_ms']}, "
         f"rss {point['rss_mb']} MB (x{point['rss_growth']}), cpu {point['cpu_pct']}%, steal {point['cpu_steal']}"

@@ -61,8 +61,9 @@ DEFAULT_PLAN_SLO_MS = 1000.0  # the apps' default SLO
 
 class ClusterEngine(Engine):
     def __init__(self, repository: ModelRepository, scheduler, router, backends: dict[str, object],
-                 address: str, clock=monotonic_ms) -> None:
+                 address: str, clock=monotonic_ms, nodes: list[str] | None = None) -> None:
         super().__init__(repository, "cpu", clock=clock, lanes=1)
+        self.nodes = nodes or []  # the Ray node ids the backends run on
         self.scheduler = scheduler
         self.router = router
         self.backends = backends  # device id -> handle, as started by `connect`
@@ -277,6 +278,7 @@ def connect(address: str, repository: ModelRepository, cpus_per_backend: float =
     nodes = [n for n in ray.nodes() if n.get("Alive")]
     gpus = {n["NodeID"]: int(n.get("Resources", {}).get("GPU", 0)) for n in nodes}
     backends: dict[str, object] = {}
+    backend_nodes: list[str] = []
     for node in nodes:
         node_id = node["NodeID"]
         if any(gpus.values()):
@@ -287,8 +289,9 @@ def connect(address: str, repository: ModelRepository, cpus_per_backend: float =
             backend = BackendConfig(device_id, beacon_s=beacon_s, executor="engine", models_dir=models_dir,
                                     device="auto")
             backends[device_id] = start_backend(backend, node_id, num_gpus=num_gpus, num_cpus=num_cpus)
+            backend_nodes.append(node_id)
     if not backends:
         raise RuntimeError(f"cluster {address}: no node to start a backend on")
     log.info("cluster %s: %d engine backends (%s)", address, len(backends), ", ".join(sorted(backends)))
     router = Router(scheduler, f"front-{socket.gethostname()}-{os.getpid()}")
-    return ClusterEngine(repository, scheduler, router, backends, address, clock)
+    return ClusterEngine(repository, scheduler, router, backends, address, clock, backend_nodes)

@@ -61,7 +61,8 @@ class StreamOptions(BaseModel):
     max_reconnects: json_int(ge=0, le=1_000_000) | None = Field(None, description="null: forever")
     buffer_frames: json_int(ge=1, le=256) = 32
     realtime: bool = Field(True, description="files: deliver at the clip's frame rate (false: as fast as "
-                                             "the apps consume, every sampled frame analysed)")
+                                             "the apps consume, every sampled frame analysed from when the "
+                                             "first app is attached)")
     loop: bool = Field(False, description="files: start again at the end")
 
 
@@ -121,6 +122,7 @@ class ManagedStream:
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name=f"stream-{name}", daemon=True)
         self._next_frame_id = 0
+        self._ended = False  # `take` has met the end of the file
         self._pass_start_ms = start_ms  # a file's stream time at the start of its next pass
         self._demand_fps: float | None = None  # the most frames per second any consumer samples
         self._demand: FrameSampler | None = None  # this session's filter at that rate
@@ -187,6 +189,23 @@ class ManagedStream:
             if item is _END:
                 return
             yield item
+
+    def take(self, most: int, wait_s: float) -> tuple[list[Frame], bool]:
+        """Up to `most` frames in order, waiting at most `wait_s` for the first, and
+        whether the stream has ended (a file's last frame taken, or stopped): for a
+        consumer in another process (cluster/ingest.py), which takes them in batches."""
+        frames: list[Frame] = []
+        ended = self._ended or self._stop.is_set()
+        while not ended and len(frames) < most:
+            try:
+                item = self._buffer.get(timeout=wait_s) if not frames else self._buffer.get_nowait()
+            except queue.Empty:
+                break
+            if item is _END:
+                self._ended = ended = True
+            else:
+                frames.append(item)
+        return frames, ended
 
     # -- producer -----------------------------------------------------------------------------
     def _run(self) -> None:

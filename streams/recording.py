@@ -197,17 +197,31 @@ class RecordingStore:
     more than `max_gb`; checked each time a segment closes."""
 
     def __init__(self, folder: Path, segment_s: float = 10.0, retain_days: float = 3.0, max_gb: float = 10.0,
-                 wall_s: Callable[[], float] = time.time) -> None:
+                 wall_s: Callable[[], float] = time.time, sweep: bool = True) -> None:
+        """`sweep`: delete the segments a crash left open, of every stream (false: a process
+        that records some of the streams, cluster/ingest.py, sweeps its own)."""
         self.folder = folder
         self.segment_s = segment_s
+        self.retain_days, self.max_gb = retain_days, max_gb
         self.retain_s = retain_days * 86400.0
         self.max_bytes = max_gb * 1024 ** 3
         self.wall_s = wall_s
         self._lock = threading.Lock()
         folder.mkdir(parents=True, exist_ok=True)
-        for part in folder.glob("*/*.part.mp4"):  # a segment a crash left open has no index to read
-            part.unlink(missing_ok=True)
+        if sweep:
+            self.sweep("*")
         self.prune()
+
+    def sweep(self, stream: str) -> None:
+        """Delete the stream's segments a crash left open (they have no index to read);
+        "*": every stream's."""
+        for part in self.folder.glob(f"{stream}/*.part.mp4"):
+            part.unlink(missing_ok=True)
+
+    def config(self) -> dict:
+        """What another process needs to record into the same store (cluster/ingest.py)."""
+        return {"folder": str(self.folder.resolve()), "segment_s": self.segment_s, "retain_days": self.retain_days,
+                "max_gb": self.max_gb}
 
     def recorder(self, stream: str) -> StreamRecorder:
         return StreamRecorder(self.folder / stream, self.segment_s, self.prune)

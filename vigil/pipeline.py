@@ -59,6 +59,9 @@ class AppRunner:
 
 
 OnError = Callable[[AppRunner, Exception], None]
+# (spec, stream id, frame size, stream fps, the detector's labels) -> the app: an `App`
+# here, or one whose state lives elsewhere with the same verbs (cluster/app_host.py)
+MakeApp = Callable[[AppSpec, str, tuple[int, int], float, tuple[str, ...]], App]
 
 
 @dataclass
@@ -80,7 +83,7 @@ def _labels_of(spec: AppSpec, engine: Engine) -> tuple[str, ...]:
 
 
 def build_runners(specs: list[AppSpec], engine: Engine, stream_id: str, size: tuple[int, int],
-                  fps: float) -> list[AppRunner]:
+                  fps: float, make_app: MakeApp = App) -> list[AppRunner]:
     """Load the apps' models and check their classes; RunError names the app and problem."""
     models = sorted({s.detector for s in specs if not s.host_detector})
     for name in models:
@@ -107,7 +110,7 @@ def build_runners(specs: list[AppSpec], engine: Engine, stream_id: str, size: tu
             except ValueError as exc:
                 raise RunError(f"app {spec.name!r}: {exc}") from None
         skip = StaticFrameFilter(spec.skip_static) if spec.skip_static and not spec.host_detector else None
-        runners.append(AppRunner(App(spec, stream_id, size, fps, labels), FrameSampler(spec.fps), host, skip))
+        runners.append(AppRunner(make_app(spec, stream_id, size, fps, labels), FrameSampler(spec.fps), host, skip))
     return runners
 
 

@@ -21,6 +21,7 @@ import threading
 import time
 from typing import Callable
 
+from cluster.actors import StreamActors
 from cluster.front import ClusterEngine, connect
 from engine.device import resolve_device
 from engine.engine import Engine
@@ -68,8 +69,10 @@ class Vigil:
         rec = settings.recording
         recordings = RecordingStore(settings.data_dir / "recordings", rec.segment_s, rec.retain_days, rec.max_gb,
                                     wall_s) if rec.enabled else None
+        actors = StreamActors(self.engine.nodes) if isinstance(self.engine, ClusterEngine) and \
+            settings.cluster is not None and settings.cluster.actors else None
         self.streams = StreamService(settings, self.storage, self.engine, governor, clock, on_block=captions.observe,
-                                     snapshots=self.snapshots, recordings=recordings)
+                                     snapshots=self.snapshots, recordings=recordings, actors=actors)
         self.clips = ClipService(recordings, rec, self.storage)
         self.apps = AppService(settings.limits, self.storage, self.streams, self.models, self.engine, self.rollups,
                                governor)

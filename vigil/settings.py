@@ -174,6 +174,8 @@ class Cluster(BaseModel):
     cpus_per_backend: float = Field(1.0, gt=0, le=1024, description="a backend's CPU slot on a cluster "
                                                                     "without GPUs (one backend per GPU otherwise)")
     beacon_s: float = Field(1.0, ge=0.05, le=60, description="heartbeats and the scheduler's checks")
+    actors: bool = Field(True, description="decode each stream and run its apps in Ray actors on the backends' "
+                                           "nodes, restarted when they die (false: in vigil serve's process)")
 
 
 class Settings(BaseModel):
@@ -271,7 +273,11 @@ def load_settings(path: Path | None = None, overrides: dict[str, Any] | None = N
     if isinstance(limits, dict) and isinstance(limits.get("media_dirs"), list):
         limits["media_dirs"] = [str(base / d) if isinstance(d, str) and not Path(d).is_absolute() else d
                                 for d in limits["media_dirs"]]
-    data.update({k: v for k, v in (overrides or {}).items() if v is not None})
+    for k, v in (overrides or {}).items():
+        if v is None:
+            continue
+        # a flag's mapping (--cluster ADDRESS) sets its keys; the file's others stay
+        data[k] = {**data[k], **v} if isinstance(v, dict) and isinstance(data.get(k), dict) else v
     keys = env_api_keys(environ)
     if keys is not None:
         data["api_keys"] = keys

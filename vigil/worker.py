@@ -25,7 +25,7 @@ from typing import Callable
 import numpy as np
 
 from apps.annotate import overlay
-from apps.app import FrameResult
+from apps.app import App, FrameResult
 from apps.events import Event
 from apps.spec import AppSpec
 from engine.engine import Engine
@@ -35,7 +35,8 @@ from streams.live import ManagedStream
 from vigil.cpu_priority import ThreadLevel
 from vigil.live_frames import LiveFrames
 from vigil.load import LoadGovernor
-from vigil.pipeline import AppRunner, BlockPipeline, InFlight, RunError, build_runners, observe_block, submit_block
+from vigil.pipeline import (AppRunner, BlockPipeline, InFlight, MakeApp, RunError, build_runners, observe_block,
+                            submit_block)
 from vigil.storage import StorageFull
 
 log = logging.getLogger("vigil.worker")
@@ -54,12 +55,17 @@ class AppStatus:
 
 
 class StreamWorker:
-    def __init__(self, stream: ManagedStream, engine: Engine,
+    def __init__(self, stream: ManagedStream, engine: Engine,  # or its verbs elsewhere: cluster/ingest.py
                  emit: Callable[[list[Event], FrameBlock | None], list[dict]],
                  block_frames: int, block_ms: float, clock: Callable[[], float],
                  on_block: Callable[[str, float, list[dict], dict[str, dict[str, int]]], None] | None = None,
-                 governor: LoadGovernor | None = None, quiet_after_s: float = 300.0) -> None:
+                 governor: LoadGovernor | None = None, quiet_after_s: float = 300.0,
+                 make_app: MakeApp = App, on_stop: Callable[[], None] | None = None) -> None:
+        """`make_app` builds each app (the apps' state may live elsewhere: cluster/app_host.py);
+        `on_stop` runs once the worker has finished its apps."""
         self.stream = stream
+        self.make_app = make_app
+        self.on_stop = on_stop
         self.governor = governor or LoadGovernor()
         self.engine = engine
         self.emit = emit
@@ -81,6 +87,7 @@ class StreamWorker:
         self._runners: dict[str, AppRunner] = {}
         self._cpu = ThreadLevel(stream.name)
         self._stopping = threading.Event()
+        self._has_app = threading.Event()  # an app was ever attached
         self._thread = threading.Thread(target=self._run, name=f"worker-{stream.name}", daemon=True)
 
     @property
@@ -91,6 +98,11 @@ class StreamWorker:
         self.stream.start()
         self._thread.start()
         return self
+
+    @property
+    def running(self) -> bool:
+        """Still taking frames or finishing them (its thread has not ended)."""
+        return self._thread.is_alive()
 
     def stop(self, timeout_s: float = 30.0) -> None:
         """Stop decoding, finish the blocks in flight and end every open track."""
@@ -103,6 +115,7 @@ class StreamWorker:
             self._wanted[spec.name] = spec
             self.app_status.setdefault(spec.name, AppStatus())
             self._changed = True
+        self._has_app.set()
 
     def remove_app(self, name: str) -> None:
         with self._lock:
@@ -125,6 +138,12 @@ class StreamWorker:
         pipeline: BlockPipeline[tuple[InFlight, list[AppRunner]]] = BlockPipeline(
             lambda done: self._complete(*done), BLOCKS_IN_FLIGHT, lambda done: done[0].ready())
         try:
+            # a file analysed in full (not paced) holds its frames for its first app: the
+            # app added a moment after the stream would otherwise miss the first ones,
+            # and which it missed would depend on the machine's speed
+            while not self.stream.paced and not self._has_app.wait(0.2):
+                if self._stopping.is_set():
+                    return
             for frame in self.stream.frames():
                 pipeline.poll()
                 block = None
@@ -143,7 +162,16 @@ class StreamWorker:
         finally:
             pipeline.drain()
             for runner in self._runners.values():
-                self._emit(runner.app.finish())
+                self._finish(runner)
+            if self.on_stop is not None:
+                self.on_stop()
+
+    def _finish(self, runner: AppRunner) -> None:
+        """End the app's open tracks (its last events); a failure there is the app's alone."""
+        try:
+            self._emit(runner.app.finish())
+        except Exception:
+            log.exception("stream %s: app %s could not finish", self.name, runner.app.name)
 
     def _process(self, block: FrameBlock, pipeline: BlockPipeline) -> None:
         runners = self._sync_apps(block)
@@ -279,7 +307,7 @@ class StreamWorker:
             wanted = dict(self._wanted)
             self._changed = False
         for name in [n for n in self._runners if n not in wanted]:
-            self._emit(self._runners.pop(name).app.finish())
+            self._finish(self._runners.pop(name))
         fps = self.stream.stats.fps or 15.0
         for name, spec in wanted.items():
             runner = self._runners.get(name)
@@ -293,7 +321,8 @@ class StreamWorker:
                 continue
             self._set_status(name, "loading")
             try:
-                self._runners[name] = build_runners([spec], self.engine, self.name, block.size, fps)[0]
+                self._runners[name] = build_runners([spec], self.engine, self.name, block.size, fps,
+                                                    self.make_app)[0]
                 self._set_status(name, "running")
             except Exception as exc:  # a RunError (its model does not load), or anything else: this app only
                 reason = str(exc) if isinstance(exc, (RunError, ValueError)) else f"{type(exc).__name__}: {exc}"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import httpx
@@ -52,7 +53,16 @@ def test_stream_crud_and_client_mistakes(api, short_clip):
     assert api.get("/v1/streams/nope").status_code == 404
     names = [s["name"] for s in api.get("/v1/streams").json()]
     assert {"street", "clip"} <= set(names)
+    # a file analysed in full waits for its first app: without one it never starts
+    time.sleep(1.0)
+    # its buffer's worth (32 frames), and the one waiting for room
+    assert api.get("/v1/streams/clip").json()["frames_decoded"] <= 33
+    r = api.post("/v1/apps", json={"name": "clip-motion", "source": "clip", "detector": "motion"})
+    assert r.status_code == 201, r.text
     wait_for(lambda: api.get("/v1/streams/clip").json()["status"] == "ended", 30, "a file ends")
+    assert api.get("/v1/apps/clip-motion/metrics").json()["arrived"] == api.get("/v1/streams/clip").json()[
+        "frames_decoded"]
+    assert api.delete("/v1/apps/clip-motion").status_code == 204
     assert api.delete("/v1/streams/clip").status_code == 204
     assert api.get("/v1/streams/clip").status_code == 404
     assert api.delete("/v1/streams/clip").status_code == 404

@@ -36,6 +36,17 @@ def test_an_unknown_nested_setting_lists_its_own_sections_fields(tmp_path):
         load_settings(path, environ={})
 
 
+def test_a_cluster_flag_sets_the_address_and_keeps_the_files_other_cluster_settings(tmp_path):
+    from vigil.settings import load_settings
+
+    path = tmp_path / "vigil.yaml"
+    path.write_text("cluster: {address: 'old:1', actors: false, beacon_s: 0.5}\n")
+    cluster = load_settings(path, {"cluster": {"address": "head:6379"}}, environ={}).cluster
+    assert (cluster.address, cluster.actors, cluster.beacon_s) == ("head:6379", False, 0.5)
+    path.write_text("cluster: null\n")
+    assert load_settings(path, {"cluster": {"address": "head:6379"}}, environ={}).cluster.actors is True
+
+
 def test_the_cli_uses_the_servers_key_when_it_has_no_key_of_its_own(monkeypatch):
     import argparse
 

@@ -15,8 +15,11 @@ from typing import Any, Callable
 
 from pydantic import ValidationError
 
+from apps.app import App
 from apps.events import Event
 from apps.spec import NAME_RULE, format_errors, valid_name
+from cluster.actors import StreamActors
+from cluster.app_host import HostClient
 from engine.engine import Engine
 from streams import FrameBlock
 from streams.live import ManagedStream, StreamOptions
@@ -45,8 +48,12 @@ def stream_options(options: Any) -> StreamOptions:
 class StreamService:
     def __init__(self, settings: Settings, storage: Storage, engine: Engine, governor: LoadGovernor,
                  clock: Callable[[], float], on_block: OnBlock | None = None,
-                 snapshots: SnapshotWriter | None = None, recordings: RecordingStore | None = None) -> None:
+                 snapshots: SnapshotWriter | None = None, recordings: RecordingStore | None = None,
+                 actors: StreamActors | None = None) -> None:
+        """`actors`: on a Ray cluster, where streams decode and their apps run (cluster/actors.py);
+        without, in this process."""
         self.settings = settings
+        self.actors = actors
         self.snapshots = snapshots
         self.recordings = recordings
         self.storage = storage
@@ -57,6 +64,7 @@ class StreamService:
         self.policy = settings.limits.source_policy()
         self.lock = threading.RLock()
         self.workers: dict[str, StreamWorker] = {}
+        self.hosts: dict[str, HostClient] = {}  # stream -> its app actor, on a cluster
 
     def restore(self) -> None:
         """Start the streams storage holds; one that cannot start is logged and skipped."""
@@ -98,13 +106,18 @@ class StreamService:
             if worker is None:
                 raise NotFound(f"no stream {name!r}")
         s = worker.stream.status()
-        return {"name": name, "url": s["url"], "status": s["status"], "last_error": s["last_error"],
+        host = self.hosts.get(name)
+        # on a cluster: where the stream decodes and its apps run, and how often each actor was lost
+        actors = None if host is None else {"ingest": s["ingest"], "apps": host.where()}
+        # a file has ended once its last frames are analysed and its apps finished, not decoded
+        status = "live" if s["status"] == "ended" and worker.running else s["status"]
+        return {"name": name, "url": s["url"], "status": status, "last_error": s["last_error"],
                 "frames_decoded": s["frames_decoded"], "frames_dropped": s["frames_dropped"],
                 "frames_skipped": s["frames_skipped"], "frames_not_decoded": s["frames_not_decoded"],
                 "reconnects": s["reconnects"], "gaps": s["gaps"], "last_gap_ms": s["last_gap_ms"],
                 "decode_errors": s["decode_errors"], "live": s["live"], "apps": worker.app_names(),
                 "overloaded": any(self.governor.state(a)["overloaded"] for a in worker.app_names()),
-                "options": worker.stream.options.model_dump()}
+                "options": worker.stream.options.model_dump(), "actors": actors}
 
     def list(self) -> list[dict]:
         with self.lock:
@@ -124,6 +137,7 @@ class StreamService:
             if users:
                 raise Conflict(f"stream {name!r} is used by apps {users}; delete them first")
             del self.workers[name]
+            self.hosts.pop(name, None)
             self.storage.delete_stream(name)
         worker.stop()
 
@@ -151,19 +165,26 @@ class StreamService:
         opened, given = urls
         run = self.storage.start_run(name)
         start_ms = 0.0
-        recorder = None if self.recordings is None else self.recordings.recorder(name)
         if not is_live_url(opened):
             ends = [self.storage.last_event_ms(name)]
             if self.recordings is not None:  # nor over its earlier footage
                 ends += [s.end_ms for s in self.recordings.segments(name)]
             last = max((e for e in ends if e is not None), default=None)
             start_ms = 0.0 if last is None else (math.floor(last / 1000.0) + 1) * 1000.0
-        stream = ManagedStream(name, opened, opts, clock=self.clock, start_ms=start_ms, shown_url=given,
-                               recorder=recorder)
+        make_app, on_stop = App, None
+        if self.actors is not None:
+            stream, host = self.actors.start(name, opened, opts, start_ms, given, self.clock,
+                                             None if self.recordings is None else self.recordings.config())
+            make_app, on_stop = host.app, host.close
+            self.hosts[name] = host
+        else:
+            recorder = None if self.recordings is None else self.recordings.recorder(name)
+            stream = ManagedStream(name, opened, opts, clock=self.clock, start_ms=start_ms, shown_url=given,
+                                   recorder=recorder)
         s = self.settings
         worker = StreamWorker(stream, self.engine, lambda events, frames: self._store_events(events, run, frames),
                               s.block_frames, s.block_ms, self.clock, on_block=self.on_block, governor=self.governor,
-                              quiet_after_s=s.quiet_after_s)
+                              quiet_after_s=s.quiet_after_s, make_app=make_app, on_stop=on_stop)
         self.workers[name] = worker.start()
 
     def _store_events(self, events: list[Event], run: int, frames: FrameBlock | None) -> list[dict]:
