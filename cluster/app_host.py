@@ -108,6 +108,9 @@ class HostClient:
         self.checkpoints: dict[str, bytes] = {}
         self.restarts = 0
         self._lock = threading.Lock()
+        self._where: dict = {}  # the actor's last answer to `where`
+        self._asked = None  # its next answer, asked for
+        self._closed = False
         self._actor = ray.remote(AppHost).options(num_cpus=0, max_restarts=-1, max_task_retries=0,
                                                   scheduling_strategy=placement).remote()
 
@@ -137,19 +140,32 @@ class HostClient:
         """An app of the stream, held by this host (vigil/pipeline.py's `MakeApp`)."""
         return ActorApp(self, spec, stream_id, frame_size, stream_fps, labels)
 
-    def where(self, timeout_s: float = 5.0) -> dict:
-        """The actor's node and process, and how often calls found it lost."""
+    def where(self) -> dict:
+        """The actor's node and process as it last said, and how often calls found it
+        lost. Never waits (the API asks it for every stream): the answer asked for last
+        time is taken if it has come, and the next is asked for."""
         import ray
 
-        try:
-            at = ray.get(self._actor.where.remote(), timeout=timeout_s)
-        except Exception as exc:  # being restarted, say: the status says so and waits for nothing
-            at = {"error": type(exc).__name__}
-        return {**at, "restarts": self.restarts}
+        with self._lock:
+            asked, self._asked = self._asked, None
+            if asked is not None:
+                if ray.wait([asked], timeout=0)[0]:
+                    try:
+                        self._where = ray.get(asked)
+                    except Exception as exc:  # lost, or being restarted: the status says so
+                        self._where = {"error": type(exc).__name__}
+                else:
+                    self._asked = asked
+            if self._asked is None and not self._closed:
+                self._asked = self._actor.where.remote()
+            return {**self._where, "restarts": self.restarts}
 
     def close(self) -> None:
         import ray
 
+        with self._lock:
+            self._closed = True
+            self._where = {"error": "closed: its stream's worker has ended"}
         ray.kill(self._actor, no_restart=True)
 
 
