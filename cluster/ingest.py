@@ -155,13 +155,16 @@ class RemoteStream:
         last_id, last_pts = -1, None  # as delivered here
         incarnation, fresh = None, False  # fresh: a restarted actor, none of its frames seen yet
         shift_id, shift_ms = 0, 0.0  # a restarted actor's ids (and a paced file's times) to here's
+        asked = None  # the next pull, asked for before this one's frames are handed on
         while not self._stop.is_set():
             # a file's times do not depend on what was decoded before: an exact one
             # resumes after the last time taken (its ids do, with the apps' demand)
-            after_ms = last_pts if not self.paced else None
+            if asked is None:
+                asked = self._actor.pull.remote(last_pts if not self.paced else None, PULL_FRAMES, poll_s)
             try:
-                reply = ray.get(self._actor.pull.remote(after_ms, PULL_FRAMES, poll_s), timeout=PULL_TIMEOUT_S)
+                reply = ray.get(asked, timeout=PULL_TIMEOUT_S)
             except (RayActorError, GetTimeoutError) as exc:
+                asked = None
                 self._lost(exc)
                 self._stop.wait(RETRY_S)
                 yield None
@@ -172,6 +175,7 @@ class RemoteStream:
                 self._demand = _UNSET  # the new actor has not heard it
             incarnation = reply["incarnation"]
             self._mirror(reply["status"], reply["where"], reply["ended"])
+            frames = []
             for frame_id, pts_ms, age_ms, image in reply["frames"]:
                 if fresh:
                     fresh = False
@@ -179,10 +183,15 @@ class RemoteStream:
                     if self.paced and not self.live and last_pts is not None:
                         shift_ms = last_pts + 1000.0 / (self.stats.fps or 15.0) - pts_ms
                 last_id, last_pts = frame_id + shift_id, pts_ms + shift_ms
-                yield Frame(self.name, last_id, last_pts, now - age_ms, image)
+                frames.append(Frame(self.name, last_id, last_pts, now - age_ms, image))
+            # the actor takes the next frames while the worker analyses these: its round
+            # trip is not added to every frame's latency
+            asked = None if reply["ended"] else \
+                self._actor.pull.remote(last_pts if not self.paced else None, PULL_FRAMES, poll_s)
+            yield from frames
             if reply["ended"]:
                 return
-            if not reply["frames"]:
+            if not frames:
                 yield None
 
     def _lost(self, exc: Exception) -> None:
