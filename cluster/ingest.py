@@ -29,7 +29,6 @@ import logging
 import os
 import threading
 import uuid
-from pathlib import Path
 from typing import Callable, Iterator
 
 from streams.clock import monotonic_ms
@@ -57,8 +56,7 @@ class IngestActor:
 
         recorder = None
         if recording is not None:
-            store = RecordingStore(Path(recording["folder"]), recording["segment_s"], recording["retain_days"],
-                                   recording["max_gb"], sweep=False)
+            store = RecordingStore.from_config(recording)
             store.sweep(name)  # the segment a lost actor left open, if this one replaces it
             recorder = store.recorder(name)
         self.stream = ManagedStream(name, url, StreamOptions.model_validate(options), start_ms=start_ms,
@@ -80,9 +78,6 @@ class IngestActor:
 
     def set_demand(self, fps: float | None) -> None:
         self.stream.set_demand(fps)
-
-    def status(self) -> dict:
-        return self.stream.status()
 
     def stop(self) -> None:
         self.stream.stop()

@@ -223,6 +223,12 @@ class RecordingStore:
         return {"folder": str(self.folder.resolve()), "segment_s": self.segment_s, "retain_days": self.retain_days,
                 "max_gb": self.max_gb}
 
+    @classmethod
+    def from_config(cls, config: dict) -> "RecordingStore":
+        """The store `config()` describes, in another process that records some of its
+        streams: it sweeps only the ones it records (`sweep`)."""
+        return cls(Path(config["folder"]), config["segment_s"], config["retain_days"], config["max_gb"], sweep=False)
+
     def recorder(self, stream: str) -> StreamRecorder:
         return StreamRecorder(self.folder / stream, self.segment_s, self.prune)
 
