@@ -150,12 +150,16 @@ class RemoteStream:
         last_id, last_pts = -1, None  # as delivered here
         incarnation, fresh = None, False  # fresh: a restarted actor, none of its frames seen yet
         shift_id, shift_ms = 0, 0.0  # a restarted actor's ids (and a paced file's times) to here's
-        asked = None  # the next pull, asked for before this one's frames are handed on
-        while not self._stop.is_set():
+
+        def ask():
             # a file's times do not depend on what was decoded before: an exact one
             # resumes after the last time taken (its ids do, with the apps' demand)
+            return self._actor.pull.remote(last_pts if not self.paced else None, PULL_FRAMES, poll_s)
+
+        asked = None  # the next pull, asked for before this one's frames are handed on
+        while not self._stop.is_set():
             if asked is None:
-                asked = self._actor.pull.remote(last_pts if not self.paced else None, PULL_FRAMES, poll_s)
+                asked = ask()
             try:
                 reply = ray.get(asked, timeout=PULL_TIMEOUT_S)
             except (RayActorError, GetTimeoutError) as exc:
@@ -181,8 +185,7 @@ class RemoteStream:
                 frames.append(Frame(self.name, last_id, last_pts, now - age_ms, image))
             # the actor takes the next frames while the worker analyses these: its round
             # trip is not added to every frame's latency
-            asked = None if reply["ended"] else \
-                self._actor.pull.remote(last_pts if not self.paced else None, PULL_FRAMES, poll_s)
+            asked = None if reply["ended"] else ask()
             yield from frames
             if reply["ended"]:
                 return
