@@ -7,7 +7,8 @@ batches) and hands them to `observe`, which tracks them and applies lines and zo
 Per frame: keep detections above `min_confidence` (or their class's `min_score`) that
 pass their class's size and shape filters and lie outside the object masks -> track all
 classes (a stationary object that comes back keeps its track, apps/stationary.py; one
-that went out across the border is gone) ->
+that went out across the border is gone; with `tracker.appearance`, by each box's
+colour too, measured on the frame's pixels, apps/appearance.py) ->
 each track's class is its majority vote -> count only the app's classes on lines (those
 that move) and zones.
 
@@ -22,6 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from apps.appearance import colours as box_colours
 from apps.counting import LineCounter, ZoneMonitor
 from apps.events import Event
 from apps.filters import DetectionFilter
@@ -140,17 +142,23 @@ class App:
                 self.keeper.alias.clear()
         self.spec = spec
 
-    def observe(self, block: FrameBlock, detections: list[Detections],
-                classes: list[Classes | None] | None = None) -> tuple[list[Event], list[FrameResult]]:
+    def observe(self, block: FrameBlock, detections: list[Detections], classes: list[Classes | None] | None = None,
+                colours: list[np.ndarray] | None = None) -> tuple[list[Event], list[FrameResult]]:
         """Apply one block's detections: one `Detections` per frame of `block`, which
-        holds the frames sampled for this app; `classes`, a classifier's answer per frame."""
+        holds the frames sampled for this app; `classes`, a classifier's answer per frame.
+        An app that tracks by colour measures its boxes on the block's pixels, or is
+        given `colours`, per frame (`box_colours` of the boxes its filter keeps)."""
         if len(detections) != len(block) or (classes is not None and len(classes) != len(block)):
             raise ValueError(f"{self.name}: got {len(detections)} detection sets for {len(block)} frames")
         events: list[Event] = []
         results: list[FrameResult] = []
         for i, dets in enumerate(detections):
             result = FrameResult(int(block.frame_ids[i]), float(block.pts_ms[i]), Detections.empty())
-            events += self._observe_frame(result, dets)
+            colour = None
+            if self.tracker.by_colour:
+                colour = colours[i] if colours is not None else \
+                    box_colours(block.pixels[i], dets.xyxy, self.filter.keep(dets))
+            events += self._observe_frame(result, dets, colour)
             if classes is not None and classes[i] is not None:
                 events += self._classify_frame(result, classes[i])
             results.append(result)
@@ -170,13 +178,14 @@ class App:
         return [Event("class_change", self.name, self.stream_id, result.pts_ms, -1, best,
                       {"from": previous, "score": top[0][1], "classes": [list(t) for t in top]})]
 
-    def _observe_frame(self, result: FrameResult, dets: Detections) -> list[Event]:
+    def _observe_frame(self, result: FrameResult, dets: Detections, colour: np.ndarray | None) -> list[Event]:
         t_ms = result.pts_ms
         self.num_frames += 1
         result.detections = dets
-        dets = self.filter(dets)
+        keep = self.filter.keep(dets)
+        dets = dets[keep]
         self.num_detections += int(np.isin(dets.class_id, self._wanted).sum())
-        tracked = self._same_objects(self.tracker.update(dets, t_ms))
+        tracked = self._same_objects(self.tracker.update(dets, t_ms, None if colour is None else colour[keep]))
         events: list[Event] = []
         for tid, cid, xyxy in zip(tracked.tracker_id, tracked.class_id, tracked.xyxy):
             tid, cid = int(tid), int(cid)

@@ -36,10 +36,13 @@ class DetectionFilter:
         self._trivial = not spec.filters and not spec.masks
 
     def __call__(self, dets: Detections) -> Detections:
-        """The detections that count: those of ids past the labels (a model's extra
-        outputs) are judged by the app's min_confidence alone."""
+        return dets[self.keep(dets)]
+
+    def keep(self, dets: Detections) -> np.ndarray:
+        """(N,) bool: the detections that count. Those of ids past the labels (a model's
+        extra outputs) are judged by the app's min_confidence alone."""
         if self._trivial or len(dets) == 0:
-            return dets[dets.confidence >= self._min_confidence]
+            return dets.confidence >= self._min_confidence
         cid = dets.class_id
         known = cid < len(self._min_score)
         c = np.where(known, cid, 0)
@@ -55,4 +58,4 @@ class DetectionFilter:
             foot = np.stack([(dets.xyxy[:, 0] + dets.xyxy[:, 2]) / 2, dets.xyxy[:, 3]], axis=1).astype(np.float64)
             for polygon, hidden in self._masks:
                 keep &= ~(in_polygon(polygon, foot) & np.isin(cid, hidden))
-        return dets[keep]
+        return keep

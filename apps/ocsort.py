@@ -13,6 +13,14 @@ the pruning by seconds lost, observation-centric momentum in the first associati
 the second association on last observations, the re-update along a virtual trajectory
 when a lost track is found again (ORU), and the id rules for young tracks.
 `tests/apps/test_ocsort.py` holds it to the reference's ids and boxes frame by frame.
+
+One addition, off unless `appearance_gate` is given: colour, for crowds. Where people
+stand or pass close together IoU alone lets a track slide onto a neighbour, so its
+person's stay in a zone runs on with someone else's. Given each box's colour
+(`apps/appearance.py`), a pair whose colours differ by more than the gate is not
+matched, and in the first association the likeness of colours is added to the cost,
+as Deep OC-SORT adds its embeddings'. A track's colour is a running mean over the
+boxes that overlapped no other.
 """
 
 from __future__ import annotations
@@ -25,6 +33,8 @@ from trackers.core.ocsort.utils import _build_direction_consistency_matrix_batch
 from trackers.utils.converters import xcycsr_to_xyxy, xyxy_to_xcycsr
 from trackers.utils.iou import IoU
 
+from apps.appearance import Looks
+
 # the state: [xc, yc, area, aspect, v_xc, v_yc, v_area]; the aspect has no velocity
 _POS, _VEL = (0, 1, 2), (4, 5, 6)
 _H = np.eye(4, 7)
@@ -35,6 +45,8 @@ _Q1 = np.diag([1.0] * 4 + [0.01, 0.01, 0.0001])  # process noise for one nominal
 NOMINAL_S = 0.004  # a step within this many seconds of one frame uses _Q1 as it is
 NOMINAL_FRAMES = 0.1  # the band for ORU's replayed steps, which carry no frame rate
 _IOU = IoU()  # the reference's: it refuses boxes that are not finite
+LOOK_MEMORY = 0.9  # a track's colour keeps this share of itself at each clear match
+NO_LOOK = 0.5  # the likeness of a pair with no colour to compare
 
 
 def _transition(step: float) -> np.ndarray:
@@ -81,9 +93,9 @@ def _kalman_update(x: np.ndarray, p: np.ndarray, z: np.ndarray) -> tuple[np.ndar
 
 class _Track:
     __slots__ = ("age", "tracker_id", "lost", "lost_s", "hits", "last", "seen", "velocity", "frozen", "step",
-                 "noise_rate")
+                 "noise_rate", "look")
 
-    def __init__(self, box: np.ndarray) -> None:
+    def __init__(self, box: np.ndarray, look: np.ndarray) -> None:
         self.age = 0
         self.tracker_id = -1
         self.lost = 0  # predicts since the last match
@@ -97,6 +109,11 @@ class _Track:
         # reuses that noise while the step repeats, even when the rate came from ORU
         self.step: float | None = None
         self.noise_rate: float | None = None
+        self.look = look  # (3,) mean colour, NaN until a clear box is seen
+
+    def remember(self, look: np.ndarray) -> None:
+        """Learn from a clear box's colour (finite)."""
+        self.look = look.copy() if np.isnan(self.look[0]) else LOOK_MEMORY * self.look + (1 - LOOK_MEMORY) * look
 
     def reference_box(self, delta_t: int) -> np.ndarray | None:
         """The observation `delta_t` predicts back, or the nearest later one."""
@@ -111,11 +128,13 @@ class _Track:
 class OCSort:
     """`update` takes one frame's boxes, scores and time in seconds, and returns which
     detections belong to which track: (detection index, track id or -1 for a young
-    or unmatched track), in the reference's order."""
+    or unmatched track), in the reference's order. With `appearance_gate`, `update`
+    also takes the boxes' `Looks`."""
 
     def __init__(self, *, lost_track_buffer: int, frame_rate: float, minimum_consecutive_frames: int,
                  minimum_iou_threshold: float, high_conf_det_threshold: float,
-                 direction_consistency_weight: float = 0.2, delta_t: int = 3) -> None:
+                 direction_consistency_weight: float = 0.2, delta_t: int = 3,
+                 appearance_gate: float | None = None, appearance_weight: float = 1.0) -> None:
         if not (math.isfinite(frame_rate) and frame_rate > 0):
             raise ValueError(f"frame_rate must be finite and > 0; was {frame_rate}")
         self.max_lost_s = lost_track_buffer / 30.0  # the buffer counts frames at 30 fps
@@ -125,6 +144,8 @@ class OCSort:
         self.high_score = high_conf_det_threshold
         self.direction_weight = direction_consistency_weight
         self.delta_t = delta_t
+        self.look_gate = appearance_gate  # the largest colour distance (RGB) a match may have
+        self.look_weight = appearance_weight
         self.tracks: list[_Track] = []
         self._x = np.zeros((0, 7, 1))
         self._p = np.zeros((0, 7, 7))
@@ -132,7 +153,8 @@ class OCSort:
         self._next_id = 0
         self._last_t: float | None = None
 
-    def update(self, xyxy: np.ndarray, confidence: np.ndarray, t_s: float) -> tuple[np.ndarray, np.ndarray]:
+    def update(self, xyxy: np.ndarray, confidence: np.ndarray, t_s: float,
+               looks: Looks | None = None) -> tuple[np.ndarray, np.ndarray]:
         step, elapsed, rate = self._timing(t_s)
         if step is None:  # time went backwards: the reference leaves its tracks alone
             return np.arange(len(xyxy)), np.full(len(xyxy), -1, np.int64)
@@ -141,6 +163,11 @@ class OCSort:
         is_high = confidence >= self.high_score
         high = np.flatnonzero(is_high)
         boxes, scores = xyxy[high], confidence[high]
+        if self.look_gate is not None and looks is None:
+            raise ValueError("this tracker matches by colour (appearance_gate): update needs the boxes' looks")
+        colour = looks.colour[high] if self.look_gate is not None else np.full((len(high), 3), np.nan, np.float32)
+        clear = looks.clear[high] & np.isfinite(colour).all(1) if self.look_gate is not None \
+            else np.zeros(len(high), bool)
         if step > 0:
             self._predict(step, elapsed, rate)
         self._keep([t.lost_s <= self.max_lost_s for t in self.tracks])
@@ -151,12 +178,19 @@ class OCSort:
 
         def matched(track: int, det: int) -> None:
             self._observe(track, boxes[det], step, updates)
+            if clear[det]:
+                self.tracks[track].remember(colour[det])
             out_det.append(int(high[det]))
             out_id.append(self._resolve_id(self.tracks[track]))
 
         predicted = xcycsr_to_xyxy(self._x[:, :4, 0]) if self.tracks else np.zeros((0, 4))
         iou = _IOU.compute(predicted, boxes)
+        distance = self._distance(range(len(self.tracks)), colour) if self.look_gate is not None else None
+        if distance is not None:
+            iou = self._gated(iou, distance)
         cost = iou + self.direction_weight * self._direction(boxes, scores) if self.direction_weight else iou
+        if distance is not None:
+            cost = cost + self.look_weight * self._likeness(distance)
         pairs, lost, new = self._assign(iou, cost)
         for track, det in pairs:
             matched(track, det)
@@ -164,12 +198,14 @@ class OCSort:
             # the second chance: a lost track's last observation against what is left
             last = np.array([self.tracks[t].last for t in lost])
             iou = _IOU.compute(last, boxes[new])
+            if self.look_gate is not None:
+                iou = self._gated(iou, self._distance(lost, colour[new]))
             again, _, left = self._assign(iou, iou)  # IoU alone: no direction term here
             for track, det in again:
                 matched(lost[track], new[det])
             new = [new[i] for i in left]
         self._apply(updates)
-        self._spawn(boxes[new])
+        self._spawn(boxes[new], np.where(clear[new, None], colour[new], np.nan))
         out_det += [int(high[d]) for d in new] + [int(i) for i in np.flatnonzero(~is_high)]
         out_id += [-1] * (len(out_det) - len(out_id))
         self._keep([t.lost_s <= self.max_lost_s for t in self.tracks])
@@ -266,10 +302,25 @@ class OCSort:
             for k, v in zip(moved, direction):
                 self.tracks[updates[k][0]].velocity = v
 
-    def _spawn(self, boxes: np.ndarray) -> None:
+    def _distance(self, tracks, colour: np.ndarray) -> np.ndarray:
+        """(tracks, boxes) distances between the tracks' colours and the boxes'; NaN
+        where either has none."""
+        mine = np.array([self.tracks[t].look for t in tracks], np.float32).reshape(-1, 3)
+        return np.linalg.norm(mine[:, None, :] - colour[None, :, :], axis=2)
+
+    def _gated(self, iou: np.ndarray, distance: np.ndarray) -> np.ndarray:
+        """`iou` with 0 for the pairs whose colours differ by more than the gate: a box
+        that overlaps a track but shows someone else does not continue it."""
+        return np.where(distance > self.look_gate, 0.0, iou)  # NaN (nothing to compare) passes
+
+    def _likeness(self, distance: np.ndarray) -> np.ndarray:
+        """1 for the same colour, 0 at the gate's distance; NO_LOOK with nothing to compare."""
+        return np.nan_to_num(np.clip(1.0 - distance / self.look_gate, 0.0, 1.0), nan=NO_LOOK)
+
+    def _spawn(self, boxes: np.ndarray, colour: np.ndarray) -> None:
         if not len(boxes):
             return
-        self.tracks += [_Track(b) for b in boxes]
+        self.tracks += [_Track(b, c.copy()) for b, c in zip(boxes, colour)]
         x = np.zeros((len(boxes), 7, 1))
         x[:, :4, 0] = xyxy_to_xcycsr(boxes)
         self._x = np.concatenate([self._x, x])

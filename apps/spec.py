@@ -68,6 +68,18 @@ class SpecError(ValueError):
     """An app spec is invalid; the message names the source, field and fix."""
 
 
+class AppearanceOptions(BaseModel):
+    """Colour as a second cue beside IoU, for crowds (OC-SORT only; apps/ocsort.py)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, strict=True)
+
+    gate: float = Field(60.0, gt=0, le=442, description="the most the mean colour of the middle of a box (RGB, "
+                                                        "0-255 a channel) may differ from its track's for the "
+                                                        "box to continue the track")
+    weight: float = Field(1.0, ge=0, le=10, description="what the likeness of colours adds to a pair's IoU "
+                                                        "when detections are matched to tracks")
+
+
 class TrackerOptions(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, strict=True)
 
@@ -81,6 +93,16 @@ class TrackerOptions(BaseModel):
         "bytetrack (IoU matching on the filter's boxes, "
         "with a second pass for low-confidence detections below activation_confidence); both take every "
         "field above")
+    appearance: AppearanceOptions | None = Field(
+        None, description="ocsort only: match by colour too, so that where people stand or pass close together "
+        "a track does not slide onto a neighbour; off when unset")
+
+    @model_validator(mode="after")
+    def _appearance_needs_ocsort(self) -> TrackerOptions:
+        if self.appearance is not None and self.kind != "ocsort":
+            raise ValueError(f"tracker.appearance needs kind: ocsort; kind is {self.kind}, which matches by IoU "
+                             "alone")
+        return self
 
 
 class SkipOptions(BaseModel):

@@ -9,7 +9,8 @@ time whatever the app's sampled rate and however many frames were skipped or dro
 
 OC-SORT is the default: on the street clips its line counts come closer to the ground
 truth than ByteTrack's. As in its paper, every track of its first `min_hits` frames is
-confirmed at once.
+confirmed at once. With `appearance` it also matches by colour, so it needs each
+box's colour (`apps/appearance.py`).
 
 Both trackers answer with (detection index, track id) pairs; only ByteTrack's adapter
 sees supervision's `Detections`, and the arrays pass through as they are (no copies).
@@ -23,6 +24,7 @@ import numpy as np
 import supervision as sv
 from trackers import ByteTrackTracker
 
+from apps.appearance import looks
 from apps.ocsort import OCSort
 from apps.spec import TrackerOptions
 from engine.detections import Detections
@@ -50,7 +52,9 @@ def _build(options: TrackerOptions, fps: float) -> OCSort | _ByteTrack:
                   minimum_consecutive_frames=options.min_hits, minimum_iou_threshold=options.match_iou,
                   high_conf_det_threshold=options.activation_confidence)
     if options.kind == "ocsort":
-        return OCSort(**common)
+        colour = {"appearance_gate": options.appearance.gate, "appearance_weight": options.appearance.weight} \
+            if options.appearance is not None else {}
+        return OCSort(**common, **colour)
     # one confidence both starts a track and makes a detection "high" in ByteTrack's
     # first association; the app's min_confidence drops the rest before they get here
     return _ByteTrack(track_activation_threshold=options.activation_confidence, **common)
@@ -61,13 +65,22 @@ class Tracker:
         if fps <= 0:
             raise ValueError(f"fps must be > 0; was {fps}")
         self._tracker = _build(options, fps)
+        self.by_colour = options.appearance is not None
         self._votes: dict[int, Counter] = {}
 
-    def update(self, detections: Detections, t_ms: float) -> Detections:
+    def update(self, detections: Detections, t_ms: float, colour: np.ndarray | None = None) -> Detections:
         """Returns the detections that belong to confirmed tracks, with `tracker_id` set
         and `class_id` replaced by each track's majority class. `t_ms`: the frame's
-        stream time, rising from call to call."""
-        index, tracker_id = self._tracker.update(detections.xyxy, detections.confidence, t_ms / 1000.0)
+        stream time, rising from call to call; `colour`: each box's (`colours`), needed
+        when the tracker matches by colour."""
+        if self.by_colour:
+            if colour is None or len(colour) != len(detections):
+                raise ValueError(f"tracker.appearance matches by colour: update needs a colour for each of the "
+                                 f"{len(detections)} boxes; was {None if colour is None else len(colour)}")
+            index, tracker_id = self._tracker.update(detections.xyxy, detections.confidence, t_ms / 1000.0,
+                                                     looks(colour, detections.xyxy))
+        else:
+            index, tracker_id = self._tracker.update(detections.xyxy, detections.confidence, t_ms / 1000.0)
         confirmed = tracker_id >= 0
         if not confirmed.any():
             return Detections.empty()

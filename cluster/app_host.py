@@ -6,7 +6,8 @@ events) held in a Ray actor, with their state checkpointed after every block.
 verbs (observe, finish, reconfigure, counts), each a call to the host. The worker
 still samples frames, sends them to the engine and stores the events the host returns
 (with snapshots from the frames it holds), so a host gets only each block's detections
-and times, never pixels.
+and times, never pixels; for an app that tracks by colour, the worker measures its
+boxes' colours (apps/appearance.py) and sends those.
 
 Checkpoints. With each block's answer the host returns the app's state, pickled (a few
 kB: its tracks, counters and zones), and the front door keeps the latest one per app.
@@ -31,7 +32,9 @@ import time
 import uuid
 
 from apps.app import App, FrameResult
+from apps.appearance import colours as box_colours
 from apps.events import Event
+from apps.filters import DetectionFilter
 from apps.spec import AppSpec
 from engine.classes import Classes
 from engine.detections import Detections
@@ -72,9 +75,10 @@ class AppHost:
         return self._state(spec.name)
 
     def observe(self, name: str, frame_ids, pts_ms, detections: list[Detections],
-                classes: list[Classes | None] | None) -> tuple[list[Event], list[FrameResult], bytes, dict, int]:
+                classes: list[Classes | None] | None,
+                colours: list | None = None) -> tuple[list[Event], list[FrameResult], bytes, dict, int]:
         app = self.apps[name]
-        events, results = app.observe(_Times(frame_ids, pts_ms), detections, classes)
+        events, results = app.observe(_Times(frame_ids, pts_ms), detections, classes, colours)
         return events, results, self._state(name), app.counts(), app.num_found
 
     def reconfigure(self, name: str, spec: AppSpec) -> bytes:
@@ -181,6 +185,9 @@ class ActorApp:
         self.stream_fps = stream_fps
         self.labels = labels
         self.num_found = 0
+        # the boxes whose colours the host's app needs: those its filter keeps (its
+        # tracker is built once, so whether it tracks by colour is fixed here too)
+        self._measured = DetectionFilter(spec, labels, frame_size) if spec.tracker.appearance is not None else None
         self._checkpointed(host.call("add", spec, stream_id, frame_size, stream_fps, labels))
         self._counts = self._shadow().counts()
 
@@ -205,14 +212,18 @@ class ActorApp:
 
     def observe(self, block: FrameBlock, detections: list[Detections],
                 classes: list[Classes | None] | None = None) -> tuple[list[Event], list[FrameResult]]:
+        colours = None if self._measured is None else \
+            [box_colours(pixels, d.xyxy, self._measured.keep(d)) for pixels, d in zip(block.pixels, detections)]
         events, results, state, self._counts, self.num_found = self.host.call(
-            "observe", self.spec.name, block.frame_ids, block.pts_ms, detections, classes)
+            "observe", self.spec.name, block.frame_ids, block.pts_ms, detections, classes, colours)
         self._checkpointed(state)
         return events, results
 
     def reconfigure(self, spec: AppSpec) -> None:
         self._checkpointed(self.host.call("reconfigure", self.spec.name, spec))
         self.spec = spec
+        if self._measured is not None:
+            self._measured = DetectionFilter(spec, self.labels, self.frame_size)
 
     def finish(self) -> list[Event]:
         events, self._counts = self.host.call("finish", self.spec.name)

@@ -33,6 +33,9 @@ def test_builtins_load_and_match_the_street_preset():
     # an unknown field lists the fields of the model it is in, not the app's
     ({"tracker": {"hits": 2}}, "tracker.hits: unknown field; check the spelling (fields: lost_track_s, min_hits,"),
     ({"skip_static": {"cells": 2}}, "skip_static.cells: unknown field; check the spelling (fields: threshold,"),
+    ({"tracker": {"kind": "bytetrack", "appearance": {}}},
+     "tracker.appearance needs kind: ocsort; kind is bytetrack"),
+    ({"tracker": {"appearance": {"gate": 0}}}, "tracker.appearance.gate: Input should be greater than 0"),
 ])
 def test_bad_fields_are_named_with_the_value(patch, fragment):
     with pytest.raises(SpecError) as info:

@@ -1,0 +1,110 @@
+"""Colour as the tracker's second cue (apps/appearance.py, OC-SORT's appearance gate and
+likeness): on painted frames, where the boxes' places alone would join the wrong ones."""
+
+import numpy as np
+import pytest
+
+from apps.appearance import colours, overlapped
+from apps.spec import AppearanceOptions, TrackerOptions
+from apps.tracking import Tracker
+from factories import make_detections
+
+RED, BLUE, GREY = (200, 30, 30), (30, 30, 200), (90, 90, 90)
+
+
+def painted(*figures: tuple[list[float], tuple[int, int, int]]) -> np.ndarray:
+    """A grey 100x200 frame with each (box, colour) filled in."""
+    frame = np.full((100, 200, 3), GREY, np.uint8)
+    for (x1, y1, x2, y2), colour in figures:
+        frame[int(y1):int(y2), int(x1):int(x2)] = colour
+    return frame
+
+
+def test_a_box_looks_like_the_middle_of_what_it_holds():
+    box = [20.0, 20.0, 32.0, 60.0]
+    frame = painted((box, RED))
+    frame[20:28, 20:32] = (250, 220, 180)  # a head above the middle: not counted
+    frame[50:60, 20:32] = (20, 20, 60)  # legs below it: not counted
+    got = colours(frame, np.array([box, [195.0, 0.0, 205.0, 20.0], [50.0, 50.0, 50.0, 60.0]]))
+    assert got[0].tolist() == list(RED)
+    assert got[1].tolist() == list(GREY)  # cut by the frame's edge: the part inside
+    assert np.isnan(got[2]).all()  # no width: nothing to compare
+
+
+def test_overlapping_boxes_are_not_clear():
+    boxes = np.array([[0, 0, 10, 20], [8, 0, 18, 20], [40, 0, 50, 20], [49.5, 0, 59.5, 20]], np.float64)
+    # 20% of the first two's area is shared; the last two share 5%, under the limit
+    assert overlapped(boxes).tolist() == [True, True, False, False]
+    assert overlapped(boxes[:1]).tolist() == [False]
+
+
+def _tracker(appearance: dict | None) -> Tracker:
+    options = TrackerOptions(min_hits=1, appearance=None if appearance is None else AppearanceOptions(**appearance))
+    return Tracker(options, fps=10.0)
+
+
+def _update(tracker: Tracker, boxes: list[list[float]], t_ms: float, *figures):
+    """One frame of `boxes`, their colours measured on the painted `figures`."""
+    dets = make_detections(boxes)
+    return tracker.update(dets, t_ms, colours(painted(*figures), dets.xyxy))
+
+
+def _ids_of(out, box: list[float]) -> list[int]:
+    return [int(t) for b, t in zip(out.xyxy.tolist(), out.tracker_id) if np.allclose(b, box)]
+
+
+@pytest.mark.parametrize("by_colour", [False, True])
+def test_someone_else_in_a_tracks_place_does_not_continue_it(by_colour):
+    """Red stands at a place for half a second; then blue is there instead. By place
+    alone blue continues red's track; by colour blue is a new one."""
+    tracker = _tracker({} if by_colour else None)
+    box = [40.0, 20.0, 52.0, 60.0]
+    for i in range(5):
+        red = _update(tracker, [box], i * 100.0, (box, RED))
+    for t_ms in (500.0, 600.0):  # a new track has its id from its second frame
+        blue = _update(tracker, [box], t_ms, (box, BLUE))
+    assert (blue.tracker_id[0] == red.tracker_id[0]) is not by_colour
+
+
+@pytest.mark.parametrize("appearance, kept", [
+    (None, False),
+    ({}, True),
+    ({"gate": 442.0, "weight": 0.0}, False),  # a gate nothing reaches and no likeness: by place alone
+    ({"gate": 442.0, "weight": 1.0}, True),  # the likeness alone keeps them apart
+])
+def test_two_people_passing_keep_their_own_tracks(appearance, kept):
+    """Red and blue stand side by side, then step past each other: each new box overlaps
+    the other's track more than its own, so by place alone they swap tracks."""
+    tracker = _tracker(appearance)
+    red_at, blue_at = [20.0, 20.0, 30.0, 60.0], [32.0, 20.0, 42.0, 60.0]
+    for i in range(5):
+        before = _update(tracker, [red_at, blue_at], i * 100.0, (red_at, RED), (blue_at, BLUE))
+    red_track, blue_track = _ids_of(before, red_at), _ids_of(before, blue_at)
+    red_now, blue_now = [27.0, 20.0, 37.0, 60.0], [17.0, 20.0, 27.0, 60.0]
+    after = _update(tracker, [red_now, blue_now], 500.0, (red_now, RED), (blue_now, BLUE))
+    assert (_ids_of(after, red_now) == red_track) is kept
+    assert (_ids_of(after, red_now) == blue_track) is not kept
+
+
+def test_a_track_learns_only_from_clear_boxes():
+    """A box overlapping another may show some of it: the track is matched with it
+    (the colours are near enough) but keeps its own colour."""
+    tracker = _tracker({})
+    red_at = [20.0, 20.0, 30.0, 60.0]
+    _update(tracker, [red_at], 0.0, (red_at, RED))
+    beside = [25.0, 20.0, 35.0, 60.0]  # covers half of the middle of red's box
+    _update(tracker, [red_at, beside], 100.0, (red_at, RED), (beside, (200, 30, 60)))
+    tracks = tracker._tracker.tracks
+    assert len(tracks) == 2 and tracks[0].last.tolist() == red_at  # red's track went on
+    assert tracks[0].look.tolist() == list(RED)
+
+
+def test_matching_by_colour_needs_each_boxs_colour():
+    with pytest.raises(ValueError, match="needs a colour for each of the 1 boxes; was None"):
+        _tracker({}).update(make_detections([[0, 0, 10, 20]]), 0.0)
+
+
+def test_only_the_wanted_boxes_are_measured():
+    boxes = np.array([[10.0, 10.0, 20.0, 40.0], [40.0, 10.0, 50.0, 40.0]])
+    got = colours(painted((boxes[0], BLUE), (boxes[1], RED)), boxes, np.array([False, True]))
+    assert np.isnan(got[0]).all() and got[1].tolist() == list(RED)
