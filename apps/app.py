@@ -147,18 +147,18 @@ class App:
         """Apply one block's detections: one `Detections` per frame of `block`, which
         holds the frames sampled for this app; `classes`, a classifier's answer per frame.
         An app that tracks by colour measures its boxes on the block's pixels, or is
-        given `colours`, per frame (`box_colours` of the boxes its filter keeps)."""
+        given `colours`: per frame, `box_colours` of the boxes its filter keeps."""
         if len(detections) != len(block) or (classes is not None and len(classes) != len(block)):
             raise ValueError(f"{self.name}: got {len(detections)} detection sets for {len(block)} frames")
         events: list[Event] = []
         results: list[FrameResult] = []
         for i, dets in enumerate(detections):
             result = FrameResult(int(block.frame_ids[i]), float(block.pts_ms[i]), Detections.empty())
+            keep = self.filter.keep(dets)
             colour = None
             if self.tracker.by_colour:
-                colour = colours[i] if colours is not None else \
-                    box_colours(block.pixels[i], dets.xyxy, self.filter.keep(dets))
-            events += self._observe_frame(result, dets, colour)
+                colour = colours[i] if colours is not None else box_colours(block.pixels[i], dets.xyxy[keep])
+            events += self._observe_frame(result, dets, keep, colour)
             if classes is not None and classes[i] is not None:
                 events += self._classify_frame(result, classes[i])
             results.append(result)
@@ -178,14 +178,15 @@ class App:
         return [Event("class_change", self.name, self.stream_id, result.pts_ms, -1, best,
                       {"from": previous, "score": top[0][1], "classes": [list(t) for t in top]})]
 
-    def _observe_frame(self, result: FrameResult, dets: Detections, colour: np.ndarray | None) -> list[Event]:
+    def _observe_frame(self, result: FrameResult, dets: Detections, keep: np.ndarray,
+                       colour: np.ndarray | None) -> list[Event]:
+        """`keep`: the detections the filter keeps; `colour`: theirs, when tracked by colour."""
         t_ms = result.pts_ms
         self.num_frames += 1
         result.detections = dets
-        keep = self.filter.keep(dets)
         dets = dets[keep]
         self.num_detections += int(np.isin(dets.class_id, self._wanted).sum())
-        tracked = self._same_objects(self.tracker.update(dets, t_ms, None if colour is None else colour[keep]))
+        tracked = self._same_objects(self.tracker.update(dets, t_ms, colour))
         events: list[Event] = []
         for tid, cid, xyxy in zip(tracked.tracker_id, tracked.class_id, tracked.xyxy):
             tid, cid = int(tid), int(cid)

@@ -31,9 +31,8 @@ def looks(colour: np.ndarray, xyxy: np.ndarray) -> Looks:
     return Looks(colour, ~overlapped(xyxy))
 
 
-def colours(frame: np.ndarray, xyxy: np.ndarray, wanted: np.ndarray | None = None) -> np.ndarray:
-    """`frame`: [H, W, 3] uint8 RGB; `xyxy`: (N, 4) boxes in its pixels; `wanted`: (N,)
-    bool, the boxes to measure (the others are NaN)."""
+def colours(frame: np.ndarray, xyxy: np.ndarray) -> np.ndarray:
+    """`frame`: [H, W, 3] uint8 RGB; `xyxy`: (N, 4) boxes in its pixels."""
     out = np.full((len(xyxy), 3), np.nan, np.float32)
     if not len(xyxy):
         return out
@@ -44,7 +43,7 @@ def colours(frame: np.ndarray, xyxy: np.ndarray, wanted: np.ndarray | None = Non
     c2 = np.clip(np.ceil(b[:, 0] + _X[1] * bw), 0, w).astype(np.int64)
     r1 = np.clip(b[:, 1] + _Y[0] * bh, 0, h).astype(np.int64)
     r2 = np.clip(np.ceil(b[:, 1] + _Y[1] * bh), 0, h).astype(np.int64)
-    for k in np.flatnonzero((c2 > c1) & (r2 > r1) & (True if wanted is None else wanted)):
+    for k in np.flatnonzero((c2 > c1) & (r2 > r1)):
         # cv2.mean: a tenth of numpy's time on these small crops
         out[k] = cv2.mean(frame[r1[k]:r2[k], c1[k]:c2[k]])[:3]
     return out

@@ -213,7 +213,7 @@ class ActorApp:
     def observe(self, block: FrameBlock, detections: list[Detections],
                 classes: list[Classes | None] | None = None) -> tuple[list[Event], list[FrameResult]]:
         colours = None if self._measured is None else \
-            [box_colours(pixels, d.xyxy, self._measured.keep(d)) for pixels, d in zip(block.pixels, detections)]
+            [box_colours(pixels, d.xyxy[self._measured.keep(d)]) for pixels, d in zip(block.pixels, detections)]
         events, results, state, self._counts, self.num_found = self.host.call(
             "observe", self.spec.name, block.frame_ids, block.pts_ms, detections, classes, colours)
         self._checkpointed(state)

@@ -102,9 +102,3 @@ def test_a_track_learns_only_from_clear_boxes():
 def test_matching_by_colour_needs_each_boxs_colour():
     with pytest.raises(ValueError, match="needs a colour for each of the 1 boxes; was None"):
         _tracker({}).update(make_detections([[0, 0, 10, 20]]), 0.0)
-
-
-def test_only_the_wanted_boxes_are_measured():
-    boxes = np.array([[10.0, 10.0, 20.0, 40.0], [40.0, 10.0, 50.0, 40.0]])
-    got = colours(painted((boxes[0], BLUE), (boxes[1], RED)), boxes, np.array([False, True]))
-    assert np.isnan(got[0]).all() and got[1].tolist() == list(RED)
