@@ -35,9 +35,6 @@ class DetectionFilter:
         self._min_confidence = spec.min_confidence
         self._trivial = not spec.filters and not spec.masks
 
-    def __call__(self, dets: Detections) -> Detections:
-        return dets[self.keep(dets)]
-
     def keep(self, dets: Detections) -> np.ndarray:
         """(N,) bool: the detections that count. Those of ids past the labels (a model's
         extra outputs) are judged by the app's min_confidence alone."""

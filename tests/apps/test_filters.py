@@ -3,6 +3,7 @@ object masks, on constructed detections and through an app's events."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from apps.app import App
@@ -17,10 +18,7 @@ SIZE = (200, 100)  # frame area 20000 px
 def kept(spec: dict, boxes, classes, scores=None) -> list[int]:
     """Indices of the detections the spec's filter keeps."""
     f = DetectionFilter(parse_spec({"name": "t", **spec}), LABELS, SIZE)
-    dets = make_detections(boxes, classes, scores)
-    out = f(dets)
-    return sorted(int(i) for i in range(len(dets)) if any((dets.xyxy[i] == out.xyxy).all(axis=1)
-                                                         & (out.class_id == dets.class_id[i])))
+    return [int(i) for i in np.flatnonzero(f.keep(make_detections(boxes, classes, scores)))]
 
 
 def test_area_and_ratio_bounds_apply_per_class_with_a_default():
