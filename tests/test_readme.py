@@ -37,6 +37,8 @@ SHELL_LANGS = ("sh", "bash", "console", "shell")
 RUN_AS = {
     "vigil eval detector [--version V] [--json FILE]":
         ("vigil eval detector --version 1 --json eval.json", "one version of the two"),
+    "vigil eval tracking [--app APP ...] [--clips N] [--json FILE]":
+        ("vigil eval tracking --json eval-tracking.json", "the bundled clips, with the report kept"),
     "python -m sample_videos.render --seed 7 --out clips/s7.mp4 [--duration 20] [--size 640x360] [--fps 15] "
     "[--density 1.0] [--quiet 5:12]":
         ("python -m sample_videos.render --seed 7 --out clips/s7.mp4 --duration 2 --size 320x180",
@@ -74,6 +76,7 @@ NOT_RUN = {
 # README command -> text its stdout must hold.
 EXPECT = {
     "vigil run --help": "usage: vigil run",
+    "vigil eval tracking [--app APP ...] [--clips N] [--json FILE]": '"followed"',
     "vigil streams add lobby sample_videos/street_a.mp4 --options '{\"loop\": true}'":
         f'"url": "{ROOT / "sample_videos/street_a.mp4"}"',
     "vigil apps add people-counter --source lobby --name lobby-people": '"name": "lobby-people"',
@@ -95,6 +98,7 @@ CREATES = {
     "vigil run sample_videos/street_a.mp4 --clips --no-video --max-frames 150 --out out/clips/":
         ("out/clips/events.jsonl", "out/clips/summary.json"),
     "vigil eval detector [--version V] [--json FILE]": ("eval.json",),
+    "vigil eval tracking [--app APP ...] [--clips N] [--json FILE]": ("eval-tracking.json",),
     "python -m sample_videos.render --seed 7 --out clips/s7.mp4 [--duration 20] [--size 640x360] [--fps 15] "
     "[--density 1.0] [--quiet 5:12]": ("clips/s7.mp4", "clips/s7.gt.json"),
     "vigil bench ingest [--json FILE] [--source CLIP] [--detector scenedet] [--repeats N] [--max-frames N]":

@@ -13,6 +13,7 @@ from apps.spec import load_spec
 from support.clips import BUNDLED, load_truth
 from sample_videos.render import RenderConfig, write_clip
 from vigil.offline import RunError, RunOptions, run_offline
+from vigil.tracking_eval import TRACKED_APPS, stays_followed, stays_within
 
 # app -> (line, the ground-truth classes it counts)
 COUNTED = [("people-counter", "midblock", ["person"]), ("people-counter", "crosswalk", ["person"]),
@@ -54,79 +55,6 @@ def dwell_errors(out, truth: dict, tolerance: float) -> list[str]:
                 if abs(g - w) > max(1000.0, tolerance * w):
                     errors.append(f"{name}/{zone}/{cls}: {g / 1000:.1f} s, truth {w / 1000:.1f} s")
     return errors
-
-
-def counted_stays(truth: dict) -> list[tuple[str, dict]]:
-    """The truth's stays in the counters' zones, of their classes, with the app that
-    counts each."""
-    specs = [load_spec(n) for n in ("people-counter", "vehicle-counter")]
-    owned = []
-    for stay in truth["stays"]:
-        owner = next((sp.name for sp in specs if stay["zone"] in sp.zones and stay["class"] in sp.classes), None)
-        if owner is not None:
-            owned.append((owner, stay))
-    return owned
-
-
-def stays_within(out, truth: dict, within_ms: float = 500.0) -> float:
-    """The share of the counted stays that a zone_exit matches (same zone and class, the
-    times overlapping by half their union) with a dwell within `within_ms`; an
-    unmatched stay is a miss."""
-    exits = [e for e in read_events(out) if e["type"] == "zone_exit"]
-    stays = counted_stays(truth)
-    hits = 0
-    for owner, stay in stays:
-        best, best_iou = None, 0.5
-        for e in exits:
-            if (e["app"], e["zone"], e["class"]) != (owner, stay["zone"], stay["class"]):
-                continue
-            start = e["t_ms"] - e["dwell_ms"]
-            union = max(e["t_ms"], stay["exit_ms"]) - min(start, stay["enter_ms"])
-            iou = max(0.0, min(e["t_ms"], stay["exit_ms"]) - max(start, stay["enter_ms"])) / max(union, 1e-9)
-            if iou >= best_iou:
-                best, best_iou = e, iou
-        hits += best is not None and abs(best["dwell_ms"] - stay["dwell_ms"]) <= within_ms
-    return hits / max(len(stays), 1)
-
-
-def _iou(a: list[float], b: list[float]) -> float:
-    w = max(0.0, min(a[2], b[2]) - max(a[0], b[0]))
-    h = max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
-    union = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - w * h
-    return w * h / max(union, 1e-9)
-
-
-def stays_followed(out, truth: dict, within_ms: float = 500.0) -> float:
-    """Stricter than `stays_within`, which matches by time alone: the share of the
-    counted stays that a zone_exit matches by person. Its track's box where it entered
-    the zone (the zone_enter's) and where it left (the zone_exit's, or its track_end's
-    when the track ended unseen) are both on that person, at IoU >= 0.5 with the
-    truth's box on those frames, and its dwell is within `within_ms`. A track that slid
-    onto a neighbour, or a stay two tracks cut in two, is a miss here."""
-    events = read_events(out)
-    boxes = {round(f["t_ms"]): {o["track_id"]: o["xyxy"] for o in f["objects"]} for f in truth["frames"]}
-    enters = {(e["app"], e["track_id"], e["zone"], round(e["t_ms"])): e.get("box")
-              for e in events if e["type"] == "zone_enter"}
-    ends = {(e["app"], e["track_id"]): e.get("box") for e in events if e["type"] == "track_end"}
-    exits = []
-    for e in events:
-        if e["type"] == "zone_exit":
-            entered_ms = e["t_ms"] - e["dwell_ms"]
-            exits.append((e, entered_ms, enters.get((e["app"], e["track_id"], e["zone"], round(entered_ms))),
-                          e.get("box") or ends.get((e["app"], e["track_id"]))))
-    stays = counted_stays(truth)
-    hits = 0
-    for owner, stay in stays:
-
-        def on_person(t_ms: float, box: list[float] | None) -> bool:
-            person = boxes.get(round(t_ms), {}).get(stay["track_id"])
-            return box is not None and person is not None and _iou(box, person) >= 0.5
-
-        hits += any((e["app"], e["zone"]) == (owner, stay["zone"])
-                    and abs(e["dwell_ms"] - stay["dwell_ms"]) <= within_ms
-                    and on_person(entered_ms, entered) and on_person(e["t_ms"], left)
-                    for e, entered_ms, entered, left in exits)
-    return hits / max(len(stays), 1)
 
 
 LOITER_S = 8.0  # the bundled clips have stays on both sides of it: people wait at the kerb
@@ -175,9 +103,9 @@ def test_line_counts_match_truth_on_bundled_clips(clip, tmp_path):
     # 0.936 (street_b), 0.907 (street_c) and 0.929 (street_a) when measured; by person,
     # 0.894, 0.80 and 0.929: the misses are two people walking together seen as one, a
     # crowd at the kerb whose tracks break, and stays a track switch cut in two
-    truth = load_truth(clip)
-    assert stays_within(tmp_path, truth) >= 0.8
-    assert stays_followed(tmp_path, truth) >= 0.75
+    truth, events, specs = load_truth(clip), read_events(tmp_path), [load_spec(n) for n in TRACKED_APPS]
+    assert stays_within(events, truth, specs) >= 0.8
+    assert stays_followed(events, truth, specs) >= 0.75
     # 0.94 (street_b), 1.0 (street_c) and 1.0 (street_a) of the long stays got their
     # zone_dwell, with at most one event matching none, when measured: the misses are a
     # track that took over another person's, and two people side by side seen as one
@@ -197,7 +125,7 @@ def test_colour_keeps_people_in_a_crowd_on_their_own_tracks(tmp_path):
     for name, tracker in (("colour", spec.tracker), ("place", spec.tracker.model_copy(update={"appearance": None}))):
         specs = [spec.model_copy(update={"tracker": tracker}), load_spec("vehicle-counter")]
         run_offline(str(clip), specs, RunOptions(tmp_path / name, video=False))
-        followed[name] = stays_followed(tmp_path / name, load_truth(clip))
+        followed[name] = stays_followed(read_events(tmp_path / name), load_truth(clip), specs)
     assert followed["colour"] >= followed["place"] + 0.1, followed
 
 

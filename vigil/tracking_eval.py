@@ -1,0 +1,203 @@
+"""`vigil eval tracking`: how well apps' tracks follow the people and vehicles of
+rendered clips, with their detector and with the truth's own boxes, side by side.
+
+A stay is one object's time in one zone, from the renderer's truth. It is *followed*
+when some `zone_exit` of that zone has its track on that object where it entered (the
+`zone_enter`'s box) and where it left (the `zone_exit`'s, or its `track_end`'s when the
+track ended unseen), at IoU >= 0.5 with the truth's box on those frames, and a dwell
+within 0.5 s of the truth's. A track that slid onto a neighbour, or a stay that two
+tracks cut in two, is not. *Within* is looser: some `zone_exit` of that zone and class
+overlaps the stay in time by half and has its dwell within 0.5 s.
+
+The second run hands the apps the truth's boxes of every object it counts as seen
+(visible >= 0.3) instead of the detector's, on the same frames. What is missed there
+is the tracker's doing; the difference from the first run is what the detector's
+misses cost.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from apps.app import App
+from apps.spec import AppSpec
+from engine.detections import Detections
+from streams import FrameSampler, SourceError, SourceOptions, cut_blocks, open_source
+from vigil.offline import RunError, RunOptions, run_offline
+
+WITHIN_MS = 500.0  # the dwell tolerance the issue asks for
+ON_PERSON_IOU = 0.5  # a track's box this close to an object's is on that object
+SEEN = 0.3  # the truth's "seen": its stays count frames at least this visible
+HELD_OUT_SEED0 = 9000  # renders no detector trained on (training uses 1000 on, the bundled clips 11, 22, 33)
+HELD_OUT_S = 20.0
+TRACKED_APPS = ("people-counter", "vehicle-counter")  # the built-in apps with zones
+
+
+@dataclass(frozen=True)
+class Clip:
+    name: str
+    video: Path
+    truth: dict
+
+
+def bundled_clips() -> list[Clip]:
+    import sample_videos
+
+    folder = Path(sample_videos.__file__).parent
+    return [Clip(p.stem, p, json.loads(p.with_name(p.stem + ".gt.json").read_text()))
+            for p in sorted(folder.glob("*.mp4"))]
+
+
+def render_clips(count: int, folder: Path, log: Callable[[str], None] = print) -> list[Clip]:
+    from sample_videos.render import RenderConfig, write_clip
+
+    clips = []
+    for seed in range(HELD_OUT_SEED0, HELD_OUT_SEED0 + count):
+        log(f"rendering seed {seed} ({HELD_OUT_S:.0f} s) ...")
+        video = folder / f"seed{seed}.mp4"
+        clips.append(Clip(video.stem, video, write_clip(RenderConfig(seed=seed, duration_s=HELD_OUT_S), video)))
+    return clips
+
+
+def iou(a: list[float], b: list[float]) -> float:
+    w = max(0.0, min(a[2], b[2]) - max(a[0], b[0]))
+    h = max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
+    union = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - w * h
+    return w * h / max(union, 1e-9)
+
+
+def counted_stays(truth: dict, specs: list[AppSpec]) -> list[tuple[str, dict]]:
+    """The truth's stays in the apps' zones, of their classes, with the app that counts
+    each (the first that does)."""
+    owned = []
+    for stay in truth["stays"]:
+        owner = next((s.name for s in specs if stay["zone"] in s.zones and s.classes and stay["class"] in s.classes),
+                     None)
+        if owner is not None:
+            owned.append((owner, stay))
+    return owned
+
+
+def stays_within(events: list[dict], truth: dict, specs: list[AppSpec], within_ms: float = WITHIN_MS) -> float:
+    """The share of the counted stays that a zone_exit matches by time (same zone and
+    class, overlapping by half their union) with a dwell within `within_ms`."""
+    exits = [e for e in events if e["type"] == "zone_exit"]
+    stays = counted_stays(truth, specs)
+    hits = 0
+    for owner, stay in stays:
+        best, best_overlap = None, 0.5
+        for e in exits:
+            if (e["app"], e["zone"], e["class"]) != (owner, stay["zone"], stay["class"]):
+                continue
+            start = e["t_ms"] - e["dwell_ms"]
+            union = max(e["t_ms"], stay["exit_ms"]) - min(start, stay["enter_ms"])
+            overlap = max(0.0, min(e["t_ms"], stay["exit_ms"]) - max(start, stay["enter_ms"])) / max(union, 1e-9)
+            if overlap >= best_overlap:
+                best, best_overlap = e, overlap
+        hits += best is not None and abs(best["dwell_ms"] - stay["dwell_ms"]) <= within_ms
+    return hits / max(len(stays), 1)
+
+
+def stays_followed(events: list[dict], truth: dict, specs: list[AppSpec], within_ms: float = WITHIN_MS) -> float:
+    """The share of the counted stays that a zone_exit matches by object (see the module's
+    docstring) with a dwell within `within_ms`."""
+    boxes = {round(f["t_ms"]): {o["track_id"]: o["xyxy"] for o in f["objects"]} for f in truth["frames"]}
+    enters = {(e["app"], e["track_id"], e["zone"], round(e["t_ms"])): e.get("box")
+              for e in events if e["type"] == "zone_enter"}
+    ends = {(e["app"], e["track_id"]): e.get("box") for e in events if e["type"] == "track_end"}
+    exits = []
+    for e in events:
+        if e["type"] == "zone_exit":
+            entered_ms = e["t_ms"] - e["dwell_ms"]
+            exits.append((e, entered_ms, enters.get((e["app"], e["track_id"], e["zone"], round(entered_ms))),
+                          e.get("box") or ends.get((e["app"], e["track_id"]))))
+    stays = counted_stays(truth, specs)
+    hits = 0
+    for owner, stay in stays:
+
+        def on_object(t_ms: float, box: list[float] | None) -> bool:
+            truth_box = boxes.get(round(t_ms), {}).get(stay["track_id"])
+            return box is not None and truth_box is not None and iou(box, truth_box) >= ON_PERSON_IOU
+
+        hits += any((e["app"], e["zone"]) == (owner, stay["zone"])
+                    and abs(e["dwell_ms"] - stay["dwell_ms"]) <= within_ms
+                    and on_object(entered_ms, entered) and on_object(e["t_ms"], left)
+                    for e, entered_ms, entered, left in exits)
+    return hits / max(len(stays), 1)
+
+
+def truth_boxes(truth: dict) -> dict[int, Detections]:
+    """Per frame (rounded ms): the seen objects' boxes, classed by index in the truth's
+    `classes`, at confidence 1."""
+    classes = truth["classes"]
+    out = {}
+    for f in truth["frames"]:
+        seen = [o for o in f["objects"] if o["visible"] >= SEEN]
+        out[round(f["t_ms"])] = Detections(np.array([o["xyxy"] for o in seen], np.float32).reshape(-1, 4),
+                                           np.ones(len(seen), np.float32),
+                                           np.array([classes.index(o["class"]) for o in seen], np.int64))
+    return out
+
+
+def run_on_truth(clip: Clip, specs: list[AppSpec]) -> list[dict]:
+    """The apps over the clip's frames, each given the truth's boxes instead of a
+    detector's: the events they emit."""
+    labels = tuple(clip.truth["classes"])
+    for spec in specs:
+        unknown = sorted(set(spec.classes or ()) - set(labels))
+        if unknown or not spec.classes:
+            raise ValueError(f"app {spec.name!r}: the truth has boxes of {list(labels)} only; the app counts "
+                             f"{spec.classes or 'every class'}")
+    per_frame = truth_boxes(clip.truth)
+    try:
+        src = open_source(str(clip.video), options=SourceOptions())
+    except (ValueError, SourceError) as exc:
+        raise RunError(str(exc)) from None
+    info = src.info
+    apps = [(App(s, src.stream_id, (info.width, info.height), info.fps, labels), FrameSampler(s.fps)) for s in specs]
+    events = []
+    try:
+        for block in cut_blocks(src.frames(), 8):
+            for app, sampler in apps:
+                sub = block.select(sampler.mask(block))
+                given = [per_frame.get(round(float(t)), Detections.empty()) for t in sub.pts_ms]
+                events += app.observe(sub, given)[0] if len(sub) else []
+    finally:
+        src.close()
+    for app, _ in apps:
+        events += app.finish()
+    return [e.to_dict() for e in events]
+
+
+def _run_with_detector(clip: Clip, specs: list[AppSpec], out: Path, repository: Path, device: str) -> list[dict]:
+    run_offline(str(clip.video), specs, RunOptions(out, video=False, device=device, repository=repository))
+    return [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
+
+
+def eval_tracking(specs: list[AppSpec], clips: list[Clip], repository: Path, device: str,
+                  log: Callable[[str], None] = print) -> dict:
+    """Per clip and over all: the stays followed and within, with the apps' detectors
+    and with the truth's boxes."""
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="vigil-eval-") as tmp:
+        for clip in clips:
+            row = {"clip": clip.name, "stays": len(counted_stays(clip.truth, specs))}
+            for boxes in ("detector", "truth"):
+                events = _run_with_detector(clip, specs, Path(tmp) / clip.name, repository, device) \
+                    if boxes == "detector" else run_on_truth(clip, specs)
+                row[boxes] = {"followed": round(stays_followed(events, clip.truth, specs), 4),
+                              "within": round(stays_within(events, clip.truth, specs), 4)}
+            log(f"{clip.name}: {row['stays']} stays; followed {row['detector']['followed']:.3f} with the detector, "
+                f"{row['truth']['followed']:.3f} with the truth's boxes")
+            rows.append(row)
+    stays = sum(r["stays"] for r in rows)
+    overall = {boxes: {k: round(sum(r[boxes][k] * r["stays"] for r in rows) / max(stays, 1), 4)
+                       for k in ("followed", "within")} for boxes in ("detector", "truth")}
+    return {"apps": [s.name for s in specs], "within_ms": WITHIN_MS, "clips": rows,
+            "overall": {"stays": stays, **overall}}
