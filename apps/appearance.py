@@ -2,10 +2,12 @@
 boxes overlap: the mean colour of the middle of each box (a person's torso, a car's
 body), where the background shows least.
 
-A box that overlaps another is not clear: its middle may show the other object, so
-the tracker matches with its colour but does not learn from it. The colours need the
-frame's pixels; whether a box is clear needs only the boxes, so an app whose frames
-are elsewhere (an app actor of `vigil serve --cluster`) is sent just the colours.
+A box partly behind another is not clear: its middle may show the one in front, so the
+tracker trusts its colour less and does not learn from it. Which of two overlapping
+boxes is behind comes from the ground: the one whose bottom edge is higher in the
+picture stands farther from the camera. The colours need the frame's pixels; whether a
+box is clear needs only the boxes, so an app whose frames are elsewhere (an app actor
+of `vigil serve --cluster`) is sent just the colours.
 """
 
 from __future__ import annotations
@@ -19,16 +21,16 @@ import numpy as np
 # middle third across, and from a fifth to a half down (below a head, above the legs)
 _X = (1 / 3, 2 / 3)
 _Y = (0.2, 0.5)
-OVERLAP = 0.1  # a box sharing more of its area than this with another is not clear
+OVERLAP = 0.1  # a box sharing more of its area than this with one in front of it is not clear
 
 
 class Looks(NamedTuple):
     colour: np.ndarray  # (N, 3) float32 mean RGB; NaN for a box with no pixels in its middle
-    clear: np.ndarray  # (N,) bool: overlaps no other box
+    clear: np.ndarray  # (N,) bool: no box in front of it
 
 
 def looks(colour: np.ndarray, xyxy: np.ndarray) -> Looks:
-    return Looks(colour, ~overlapped(xyxy))
+    return Looks(colour, ~behind(xyxy))
 
 
 def colours(frame: np.ndarray, xyxy: np.ndarray) -> np.ndarray:
@@ -49,8 +51,9 @@ def colours(frame: np.ndarray, xyxy: np.ndarray) -> np.ndarray:
     return out
 
 
-def overlapped(xyxy: np.ndarray) -> np.ndarray:
-    """(N,) bool: boxes that share more than OVERLAP of their area with another box."""
+def behind(xyxy: np.ndarray) -> np.ndarray:
+    """(N,) bool: boxes that share more than OVERLAP of their area with a box whose
+    bottom edge is lower in the picture (nearer the camera)."""
     b = np.asarray(xyxy, np.float64)
     if len(b) < 2:
         return np.zeros(len(b), bool)
@@ -59,4 +62,5 @@ def overlapped(xyxy: np.ndarray) -> np.ndarray:
     shared = iw * ih
     np.fill_diagonal(shared, 0.0)
     area = np.maximum((b[:, 2] - b[:, 0]) * (b[:, 3] - b[:, 1]), 1e-9)
-    return shared.max(1) / area > OVERLAP
+    nearer = b[None, :, 3] > b[:, None, 3]
+    return ((shared / area[:, None] > OVERLAP) & nearer).any(1)

@@ -14,13 +14,21 @@ the second association on last observations, the re-update along a virtual traje
 when a lost track is found again (ORU), and the id rules for young tracks.
 `tests/apps/test_ocsort.py` holds it to the reference's ids and boxes frame by frame.
 
-One addition, off unless `appearance_gate` is given: colour, for crowds. Where people
-stand or pass close together IoU alone lets a track slide onto a neighbour, so its
-person's stay in a zone runs on with someone else's. Given each box's colour
-(`apps/appearance.py`), a pair whose colours differ by more than the gate is not
-matched, and in the first association the likeness of colours is added to the cost,
-as Deep OC-SORT adds its embeddings'. A track's colour is a running mean over the
-boxes that overlapped no other.
+Two additions, for crowds, both off unless asked for. Where people stand or pass
+close together IoU alone lets a track slide onto a neighbour, so its person's stay in
+a zone runs on with someone else's.
+
+- `appearance_gate`: colour. Given each box's colour (`apps/appearance.py`), a pair
+  whose colours differ by more than the gate is not matched, and in the first
+  association the likeness of colours is added to the cost, as Deep OC-SORT adds its
+  embeddings'. A track's colour is a running mean over its clear boxes (none in front
+  of them), and it keeps its last few as they were, since a walking person's middle
+  shows more or less background from one stride to the next: a box's distance to a
+  track is to the nearest of these. A box behind another may show some of the one in
+  front, so its distance counts for a quarter.
+- `height_iou`: Hybrid-SORT's height-modulated IoU, the boxes' IoU times the overlap
+  of their vertical extents. People at different depths overlap on screen but stand
+  at different heights in it.
 """
 
 from __future__ import annotations
@@ -46,6 +54,8 @@ NOMINAL_S = 0.004  # a step within this many seconds of one frame uses _Q1 as it
 NOMINAL_FRAMES = 0.1  # the band for ORU's replayed steps, which carry no frame rate
 _IOU = IoU()  # the reference's: it refuses boxes that are not finite
 LOOK_MEMORY = 0.9  # a track's colour keeps this share of itself at each clear match
+RECENT_LOOKS = 10  # and it keeps this many of its last clear boxes' colours as they were
+BEHIND_WEIGHT = 0.25  # the share of its colour distance that counts for a box behind another
 NO_LOOK = 0.5  # the likeness of a pair with no colour to compare
 
 
@@ -93,7 +103,7 @@ def _kalman_update(x: np.ndarray, p: np.ndarray, z: np.ndarray) -> tuple[np.ndar
 
 class _Track:
     __slots__ = ("age", "tracker_id", "lost", "lost_s", "hits", "last", "seen", "velocity", "frozen", "step",
-                 "noise_rate", "look")
+                 "noise_rate", "looks")
 
     def __init__(self, box: np.ndarray, look: np.ndarray) -> None:
         self.age = 0
@@ -109,11 +119,21 @@ class _Track:
         # reuses that noise while the step repeats, even when the rate came from ORU
         self.step: float | None = None
         self.noise_rate: float | None = None
-        self.look = look  # (3,) mean colour, NaN until a clear box is seen
+        # row 0: the running mean of its clear boxes' colours; then the last RECENT_LOOKS
+        # of them as they were, newest last; NaN where none yet
+        self.looks = np.full((1 + RECENT_LOOKS, 3), np.nan, np.float32)
+        self.looks[0] = self.looks[-1] = look
+
+    @property
+    def look(self) -> np.ndarray:
+        return self.looks[0]
 
     def remember(self, look: np.ndarray) -> None:
         """Learn from a clear box's colour (finite)."""
-        self.look = look.copy() if np.isnan(self.look[0]) else LOOK_MEMORY * self.look + (1 - LOOK_MEMORY) * look
+        mean = self.looks[0]
+        self.looks[0] = look if np.isnan(mean[0]) else LOOK_MEMORY * mean + (1 - LOOK_MEMORY) * look
+        self.looks[1:-1] = self.looks[2:]
+        self.looks[-1] = look
 
     def reference_box(self, delta_t: int) -> np.ndarray | None:
         """The observation `delta_t` predicts back, or the nearest later one."""
@@ -134,7 +154,8 @@ class OCSort:
     def __init__(self, *, lost_track_buffer: int, frame_rate: float, minimum_consecutive_frames: int,
                  minimum_iou_threshold: float, high_conf_det_threshold: float,
                  direction_consistency_weight: float = 0.2, delta_t: int = 3,
-                 appearance_gate: float | None = None, appearance_weight: float = 1.0) -> None:
+                 appearance_gate: float | None = None, appearance_weight: float = 1.0,
+                 height_iou: bool = False) -> None:
         if not (math.isfinite(frame_rate) and frame_rate > 0):
             raise ValueError(f"frame_rate must be finite and > 0; was {frame_rate}")
         self.max_lost_s = lost_track_buffer / 30.0  # the buffer counts frames at 30 fps
@@ -146,6 +167,7 @@ class OCSort:
         self.delta_t = delta_t
         self.look_gate = appearance_gate  # the largest colour distance (RGB) a match may have
         self.look_weight = appearance_weight
+        self.height_iou = height_iou
         self.tracks: list[_Track] = []
         self._x = np.zeros((0, 7, 1))
         self._p = np.zeros((0, 7, 7))
@@ -184,8 +206,8 @@ class OCSort:
             out_id.append(self._resolve_id(self.tracks[track]))
 
         predicted = xcycsr_to_xyxy(self._x[:, :4, 0]) if self.tracks else np.zeros((0, 4))
-        iou = _IOU.compute(predicted, boxes)
-        distance = self._distance(range(len(self.tracks)), colour) if self.look_gate is not None else None
+        iou = self._overlap(predicted, boxes)
+        distance = self._distance(range(len(self.tracks)), colour, clear) if self.look_gate is not None else None
         if distance is not None:
             iou = self._gated(iou, distance)
         cost = iou + self.direction_weight * self._direction(boxes, scores) if self.direction_weight else iou
@@ -197,9 +219,9 @@ class OCSort:
         if new and lost:
             # the second chance: a lost track's last observation against what is left
             last = np.array([self.tracks[t].last for t in lost])
-            iou = _IOU.compute(last, boxes[new])
+            iou = self._overlap(last, boxes[new])
             if self.look_gate is not None:
-                iou = self._gated(iou, self._distance(lost, colour[new]))
+                iou = self._gated(iou, self._distance(lost, colour[new], clear[new]))
             again, _, left = self._assign(iou, iou)  # IoU alone: no direction term here
             for track, det in again:
                 matched(lost[track], new[det])
@@ -302,11 +324,24 @@ class OCSort:
             for k, v in zip(moved, direction):
                 self.tracks[updates[k][0]].velocity = v
 
-    def _distance(self, tracks, colour: np.ndarray) -> np.ndarray:
-        """(tracks, boxes) distances between the tracks' colours and the boxes'; NaN
-        where either has none."""
-        mine = np.array([self.tracks[t].look for t in tracks], np.float32).reshape(-1, 3)
-        return np.linalg.norm(mine[:, None, :] - colour[None, :, :], axis=2)
+    def _overlap(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """(len(a), len(b)) IoU, modulated by height with `height_iou`."""
+        iou = _IOU.compute(a, b)
+        if not self.height_iou or not iou.size:
+            return iou
+        a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+        top, bottom = a[:, None, 1], a[:, None, 3]
+        shared = np.clip(np.minimum(bottom, b[None, :, 3]) - np.maximum(top, b[None, :, 1]), 0, None)
+        spanned = np.maximum(bottom, b[None, :, 3]) - np.minimum(top, b[None, :, 1])
+        return iou * shared / np.maximum(spanned, 1e-9)
+
+    def _distance(self, tracks, colour: np.ndarray, clear: np.ndarray) -> np.ndarray:
+        """(tracks, boxes) distances between the tracks' colours (the running mean and
+        the recent ones, whichever is nearest) and the boxes', a quarter of it for a box
+        that is not clear; NaN where either has none."""
+        mine = np.array([self.tracks[t].looks for t in tracks], np.float32).reshape(-1, 1 + RECENT_LOOKS, 3)
+        distance = np.fmin.reduce(np.linalg.norm(mine[:, :, None, :] - colour[None, None, :, :], axis=3), axis=1)
+        return np.where(clear[None, :], distance, BEHIND_WEIGHT * distance)
 
     def _gated(self, iou: np.ndarray, distance: np.ndarray) -> np.ndarray:
         """`iou` with 0 for the pairs whose colours differ by more than the gate: a box

@@ -96,12 +96,16 @@ class TrackerOptions(BaseModel):
     appearance: AppearanceOptions | None = Field(
         None, description="ocsort only: match by colour too, so that where people stand or pass close together "
         "a track does not slide onto a neighbour; off when unset")
+    height_iou: bool = Field(False, description="ocsort only: match on IoU times the overlap of the boxes' heights "
+                                                "(Hybrid-SORT), so that people overlapping on screen at different "
+                                                "depths are told apart")
 
     @model_validator(mode="after")
-    def _appearance_needs_ocsort(self) -> TrackerOptions:
-        if self.appearance is not None and self.kind != "ocsort":
-            raise ValueError(f"tracker.appearance needs kind: ocsort; kind is {self.kind}, which matches by IoU "
-                             "alone")
+    def _crowd_options_need_ocsort(self) -> TrackerOptions:
+        for name in ("appearance", "height_iou"):
+            if getattr(self, name) not in (None, False) and self.kind != "ocsort":
+                raise ValueError(f"tracker.{name} needs kind: ocsort; kind is {self.kind}, which matches by IoU "
+                                 "alone")
         return self
 
 

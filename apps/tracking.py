@@ -54,7 +54,7 @@ def _build(options: TrackerOptions, fps: float) -> OCSort | _ByteTrack:
     if options.kind == "ocsort":
         colour = {"appearance_gate": options.appearance.gate, "appearance_weight": options.appearance.weight} \
             if options.appearance is not None else {}
-        return OCSort(**common, **colour)
+        return OCSort(**common, **colour, height_iou=options.height_iou)
     # one confidence both starts a track and makes a detection "high" in ByteTrack's
     # first association; the app's min_confidence drops the rest before they get here
     return _ByteTrack(track_activation_threshold=options.activation_confidence, **common)

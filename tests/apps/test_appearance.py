@@ -4,7 +4,7 @@ likeness): on painted frames, where the boxes' places alone would join the wrong
 import numpy as np
 import pytest
 
-from apps.appearance import colours, overlapped
+from apps.appearance import behind, colours
 from apps.spec import AppearanceOptions, TrackerOptions
 from apps.tracking import Tracker
 from factories import make_detections
@@ -31,11 +31,13 @@ def test_a_box_looks_like_the_middle_of_what_it_holds():
     assert np.isnan(got[2]).all()  # no width: nothing to compare
 
 
-def test_overlapping_boxes_are_not_clear():
-    boxes = np.array([[0, 0, 10, 20], [8, 0, 18, 20], [40, 0, 50, 20], [49.5, 0, 59.5, 20]], np.float64)
-    # 20% of the first two's area is shared; the last two share 5%, under the limit
-    assert overlapped(boxes).tolist() == [True, True, False, False]
-    assert overlapped(boxes[:1]).tolist() == [False]
+def test_a_box_is_behind_another_whose_bottom_is_nearer_the_camera():
+    boxes = np.array([[0, 0, 10, 20], [8, 0, 18, 22], [40, 0, 50, 20], [49.5, 0, 59.5, 22], [70, 0, 80, 20],
+                      [78, 0, 88, 20]], np.float64)
+    # the first two share 20% of their areas, and the second's bottom is lower: the first
+    # is behind it; the next two share 5%, under the limit; the last two stand level
+    assert behind(boxes).tolist() == [True, False, False, False, False, False]
+    assert behind(boxes[:1]).tolist() == [False]
 
 
 def _tracker(appearance: dict | None) -> Tracker:
@@ -87,16 +89,53 @@ def test_two_people_passing_keep_their_own_tracks(appearance, kept):
 
 
 def test_a_track_learns_only_from_clear_boxes():
-    """A box overlapping another may show some of it: the track is matched with it
-    (the colours are near enough) but keeps its own colour."""
+    """A box behind another may show some of it: the track is matched with it (the
+    colours are near enough) but keeps its own colour."""
     tracker = _tracker({})
     red_at = [20.0, 20.0, 30.0, 60.0]
     _update(tracker, [red_at], 0.0, (red_at, RED))
-    beside = [25.0, 20.0, 35.0, 60.0]  # covers half of the middle of red's box
-    _update(tracker, [red_at, beside], 100.0, (red_at, RED), (beside, (200, 30, 60)))
+    in_front = [25.0, 22.0, 35.0, 62.0]  # nearer the camera, over half of the middle of red's box
+    _update(tracker, [red_at, in_front], 100.0, (red_at, RED), (in_front, (200, 30, 60)))
     tracks = tracker._tracker.tracks
     assert len(tracks) == 2 and tracks[0].last.tolist() == red_at  # red's track went on
     assert tracks[0].look.tolist() == list(RED)
+    assert tracks[1].look.tolist() == [200, 30, 60]  # the box in front is clear
+
+
+def test_a_box_behind_another_is_not_refused_for_the_colour_in_front_of_it():
+    """Blue steps in front of red and covers most of the middle of red's box: red's box now
+    measures blue, far past the gate, but it is behind blue's, so its colour counts for
+    a quarter and red's track goes on."""
+    tracker = _tracker({})
+    red_at = [20.0, 20.0, 30.0, 60.0]
+    for i in range(5):
+        red = _update(tracker, [red_at], i * 100.0, (red_at, RED))
+    blue_at = [24.0, 22.0, 36.0, 62.0]
+    frame = painted((red_at, RED), (blue_at, BLUE))
+    measured = colours(frame, np.array([red_at]))[0]
+    assert np.linalg.norm(measured - np.array(RED)) > 60.0  # by its colour alone, someone else
+    for t_ms in (500.0, 600.0):
+        both = _update(tracker, [red_at, blue_at], t_ms, (red_at, RED), (blue_at, BLUE))
+    assert _ids_of(both, red_at) == [int(red.tracker_id[0])]
+
+
+def test_a_track_follows_a_colour_that_drifts_past_the_gate_step_by_step():
+    """A track remembers its last clear colours as they were, beside their running
+    mean: a shade two steps from its first is near the last step, though the mean still
+    lies past the gate. A colour near none of them starts a new track."""
+    tracker = _tracker({})
+    box = [40.0, 20.0, 52.0, 60.0]
+    first = (100, 100, 100)
+    for i in range(5):
+        out = _update(tracker, [box], i * 100.0, (box, first))
+    track = int(out.tracker_id[0])
+    for i, shade in enumerate([(100, 150, 100), (100, 200, 100)]):  # 50 apart each, 100 from the first
+        out = _update(tracker, [box], 500.0 + i * 100.0, (box, shade))
+        assert out.tracker_id.tolist() == [track]
+    assert np.linalg.norm(tracker._tracker.tracks[0].look - np.array(first)) < 20.0  # the mean lags behind
+    for t_ms in (700.0, 800.0):
+        out = _update(tracker, [box], t_ms, (box, (30, 30, 250)))
+    assert out.tracker_id.tolist() != [track]
 
 
 def test_matching_by_colour_needs_each_boxs_colour():

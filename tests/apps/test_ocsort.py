@@ -64,3 +64,28 @@ def test_a_frame_rate_that_is_not_positive_is_named():
     with pytest.raises(ValueError, match="frame_rate"):
         OCSort(lost_track_buffer=30, frame_rate=0.0, minimum_consecutive_frames=3, minimum_iou_threshold=0.3,
                high_conf_det_threshold=0.5)
+
+
+def _ocsort(height_iou: bool) -> OCSort:
+    return OCSort(lost_track_buffer=30, frame_rate=10.0, minimum_consecutive_frames=1, minimum_iou_threshold=0.1,
+                  high_conf_det_threshold=0.25, height_iou=height_iou)
+
+
+def test_height_iou_is_the_iou_times_the_share_of_height_the_boxes_have_in_common():
+    a, b = np.array([[0, 0, 10, 40]], np.float64), np.array([[0, 20, 10, 60], [0, 0, 10, 40]], np.float64)
+    # IoU 200 / 600 and 20 of 60 rows in common; the same box keeps its IoU of 1
+    np.testing.assert_allclose(_ocsort(True)._overlap(a, b), [[1 / 9, 1.0]])
+    np.testing.assert_allclose(_ocsort(False)._overlap(a, b), [[1 / 3, 1.0]])
+
+
+@pytest.mark.parametrize("height_iou", [False, True])
+def test_someone_farther_away_does_not_take_over_a_track_by_height(height_iou):
+    """A near person is missed for a frame while a farther one, higher in the picture and
+    overlapping the near one's box, is seen: by IoU alone the farther one continues the
+    near one's track; modulated by height it starts its own."""
+    tracker = _ocsort(height_iou)
+    near, far = np.array([[20, 30, 32, 70]], np.float32), np.array([[22, 20, 30, 45]], np.float32)
+    for i in range(5):
+        _, ids = tracker.update(near, np.ones(1, np.float32), i / 10.0)
+    _, far_ids = tracker.update(far, np.ones(1, np.float32), 0.5)
+    assert (far_ids.tolist() == ids.tolist()) is not height_iou

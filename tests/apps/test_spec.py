@@ -36,6 +36,8 @@ def test_builtins_load_and_match_the_street_preset():
     ({"tracker": {"kind": "bytetrack", "appearance": {}}},
      "tracker.appearance needs kind: ocsort; kind is bytetrack"),
     ({"tracker": {"appearance": {"gate": 0}}}, "tracker.appearance.gate: Input should be greater than 0"),
+    ({"tracker": {"kind": "bytetrack", "height_iou": True}},
+     "tracker.height_iou needs kind: ocsort; kind is bytetrack"),
 ])
 def test_bad_fields_are_named_with_the_value(patch, fragment):
     with pytest.raises(SpecError) as info:

@@ -104,18 +104,28 @@ def test_given_the_truths_boxes_apps_track_and_count_a_rendered_clip(short_clip)
 
 
 @pytest.mark.slow
-def test_eval_reports_both_runs_on_a_bundled_clip(tmp_path):
-    """street_a: with the truth's boxes the tracker followed 0.964 of the stays when
-    measured, the detector 0.929."""
+def test_eval_reports_both_runs_on_a_bundled_clip():
+    """street_a: with the truth's boxes people-counter's tracks followed every stay when
+    measured, with the detector 0.929 of them."""
     clip = next(c for c in bundled_clips() if c.name == "street_a")
     from vigil.settings import MODELS_DIR
 
     result = eval_tracking([load_spec(n) for n in TRACKED_APPS], [clip], MODELS_DIR, "cpu", log=lambda m: None)
     row = result["clips"][0]
     assert row["stays"] == result["overall"]["stays"] > 0
-    assert row["truth"]["followed"] >= 0.9 and row["detector"]["followed"] >= 0.85
-    for boxes in ("detector", "truth"):
-        assert row[boxes]["followed"] <= row[boxes]["within"] or row[boxes]["within"] >= 0.9
+    assert row["truth"]["followed"] >= 0.95 and row["detector"]["followed"] >= 0.85
+    assert row["truth"] == result["overall"]["truth"] and row["detector"] == result["overall"]["detector"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, floor", [("street_b", 0.93), ("street_c", 0.86)])
+def test_given_the_truths_boxes_the_tracker_keeps_people_in_a_crowd(name, floor):
+    """The tracker's own share, with no detector misses: people-counter followed 0.957
+    (street_b) and 0.893 (street_c) of the stays when measured, where matching by colour
+    without the occlusion and height rules followed 0.851 and 0.827."""
+    clip = next(c for c in bundled_clips() if c.name == name)
+    specs = [load_spec(n) for n in TRACKED_APPS]
+    assert stays_followed(run_on_truth(clip, specs), clip.truth, specs) >= floor
 
 
 @pytest.mark.parametrize("args, message", [
