@@ -28,6 +28,7 @@ import numpy as np
 import sample_videos
 from apps.app import App
 from apps.spec import AppSpec
+from apps.stationary import iou
 from engine.detections import Detections
 from sample_videos.render import RenderConfig, write_clip
 from streams import FrameSampler, SourceError, SourceOptions, cut_blocks, open_source
@@ -61,13 +62,6 @@ def render_clips(count: int, folder: Path, log: Callable[[str], None] = print) -
         video = folder / f"seed{seed}.mp4"
         clips.append(Clip(video.stem, video, write_clip(RenderConfig(seed=seed, duration_s=HELD_OUT_S), video)))
     return clips
-
-
-def iou(a: list[float], b: list[float]) -> float:
-    w = max(0.0, min(a[2], b[2]) - max(a[0], b[0]))
-    h = max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
-    union = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - w * h
-    return w * h / max(union, 1e-9)
 
 
 def counted_stays(truth: dict, specs: list[AppSpec]) -> list[tuple[str, dict]]:
