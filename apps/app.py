@@ -43,20 +43,28 @@ class TrackState:
     started: bool = False  # track_start emitted (the track is of one of the app's classes)
     box: list[float] | None = None  # where it was last seen, xyxy pixels
     leaving: bool = False  # last seen on the frame's border, moving out across it
+    border_box: list[float] | None = None  # its first box at the borders it touches now (see leaving_view)
 
 
 EDGE_SHARE = 0.01  # a box this close to the frame's border (of its width or height) touches it
 
 
-def leaving_view(before: list[float], now: list[float], frame_size: tuple[int, int]) -> bool:
-    """A box (xyxy) that touches a border of the frame and whose centre moved toward it
-    since `before`."""
+def _touching(box: list[float], frame_size: tuple[int, int]) -> tuple[bool, bool, bool, bool]:
+    """Whether `box` (xyxy) touches the left, top, right and bottom borders."""
     width, height = frame_size
-    dx = (now[0] + now[2] - before[0] - before[2]) / 2
-    dy = (now[1] + now[3] - before[1] - before[3]) / 2
     mx, my = EDGE_SHARE * width, EDGE_SHARE * height
-    return (now[0] <= mx and dx < 0) or (now[2] >= width - mx and dx > 0) or \
-        (now[1] <= my and dy < 0) or (now[3] >= height - my and dy > 0)
+    return box[0] <= mx, box[1] <= my, box[2] >= width - mx, box[3] >= height - my
+
+
+def leaving_view(since: list[float], now: list[float], frame_size: tuple[int, int]) -> bool:
+    """A box (xyxy) that touches a border of the frame and whose centre moved toward it
+    since `since`: the box it had when it began to touch that border (or the one before
+    it, on its first frame there). One frame is not enough: a box cut by the border is
+    the visible part of its object, and its centre jitters as a walker's arms swing."""
+    left, top, right, bottom = _touching(now, frame_size)
+    dx = (now[0] + now[2] - since[0] - since[2]) / 2
+    dy = (now[1] + now[3] - since[1] - since[3]) / 2
+    return (left and dx < 0) or (right and dx > 0) or (top and dy < 0) or (bottom and dy > 0)
 
 
 @dataclass
@@ -194,7 +202,7 @@ class App:
             if state is None:
                 state = self.tracks[tid] = TrackState(cid, t_ms, t_ms)
             box = [round(float(v), 1) for v in xyxy]
-            state.leaving = state.box is not None and leaving_view(state.box, box, self.frame_size)
+            self._follow_border(state, box)
             state.class_id, state.last_ms, state.box = cid, t_ms, box
             self.keeper.seen(tid, state.box, t_ms)
             if not state.started and cid in self._wanted:
@@ -225,6 +233,17 @@ class App:
         events += self._end_stale_tracks(t_ms)
         result.tracked = mine
         return events
+
+    def _follow_border(self, state: TrackState, box: list[float]) -> None:
+        touching = _touching(box, self.frame_size)
+        if not any(touching):
+            state.border_box, state.leaving = None, False
+            return
+        if state.border_box is None or _touching(state.border_box, self.frame_size) != touching:
+            # on its first frame at these borders: the box before; from the next on, the
+            # first box at them, which then touches them too and is kept
+            state.border_box = state.box or box
+        state.leaving = leaving_view(state.border_box, box, self.frame_size)
 
     def _same_objects(self, tracked: Detections) -> Detections:
         """The tracker's ids as the app's: a new track on a parked object's box is that

@@ -4,7 +4,8 @@
 
 Data: clips rendered from seeds 1000.. (training) with varied density and noise; a
 frame every `--every` is kept, JPEG-compressed once to resemble decoded video, and
-stored at the model's input size. Held-out evaluation uses seeds 9000..; the bundled
+stored at the input size of each of the version's phases (version 2 trains at half
+size, then fine-tunes at 0.75). Held-out evaluation uses seeds 9000..; the bundled
 clips use seeds below 100. Everything is seeded, so a run is reproducible up to the
 order of floating-point sums in the CPU kernels.
 
@@ -18,6 +19,7 @@ import argparse
 import json
 import math
 import time
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -31,13 +33,25 @@ from engine.models.scenedet_data import CLASSES, EVAL_SEED0, TRAIN_SEED0, Sample
 
 CLASS_TO_HEAD = {"person": ("person", 0), "car": ("vehicle", 0), "bike": ("vehicle", 1)}
 
+
+@dataclass(frozen=True)
+class Phase:
+    """Training steps at one input scale: the data is rendered at that scale."""
+    input_scale: float
+    steps: int
+    lr: float
+
+
 VERSIONS = {
     # small and fast
     1: dict(config=SceneDetConfig(widths=(12, 16, 32, 48), blocks=(1, 1, 1), neck=24, head=24, input_scale=0.375),
-            clips=24, steps=1600, batch=16, lr=3e-3),
-    # larger and more accurate
-    2: dict(config=SceneDetConfig(widths=(16, 32, 64, 96), blocks=(1, 2, 2), neck=48, head=48),
-            clips=48, steps=2400, batch=16, lr=3e-3),
+            clips=24, batch=16, phases=(Phase(0.375, 1600, 3e-3),)),
+    # larger and more accurate. Trained at half size, then fine-tuned at 0.75 (progressive
+    # resizing): far people are a few pixels wide at half size, and side by side they fall
+    # in one output cell. The fine-tune raised held-out person AP from 0.898 to 0.943 in
+    # 11 more minutes, where training at 0.75 from the start would take 2.25 times as long.
+    2: dict(config=SceneDetConfig(widths=(16, 32, 64, 96), blocks=(1, 2, 2), neck=48, head=48, input_scale=0.75),
+            clips=48, batch=16, phases=(Phase(0.5, 2400, 3e-3), Phase(0.75, 600, 1e-3))),
 }
 
 
@@ -174,50 +188,64 @@ def evaluate(model: SceneDet, samples: list[Sample], iou: float = 0.5, batch: in
 # -- training -------------------------------------------------------------------------------
 def train(version: int, out_dir: Path, steps: int | None = None, clips: int | None = None,
           every: int = 5, eval_clips: int = 6, seed: int = 0, log=print) -> dict:
-    """A fixed number of steps (not a time budget), so a run is the same on any machine."""
+    """The version's phases, each a fixed number of steps (not a time budget), so a run
+    is the same on any machine. `steps` replaces every phase's."""
     spec = VERSIONS[version]
     cfg: SceneDetConfig = spec["config"]
-    steps = spec["steps"] if steps is None else steps
     clips = spec["clips"] if clips is None else clips
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
     started = time.perf_counter()
-    log(f"rendering {clips} training clips and {eval_clips} held-out clips ...")
-    train_set = render_dataset(list(range(TRAIN_SEED0, TRAIN_SEED0 + clips)), cfg.input_scale, every)
-    eval_set = render_dataset(list(range(EVAL_SEED0, EVAL_SEED0 + eval_clips)), cfg.input_scale, every * 2)
-    render_s = time.perf_counter() - started
-    log(f"{len(train_set)} training frames, {len(eval_set)} held-out frames in {render_s:.0f} s")
     model = SceneDet(cfg)
-    opt = torch.optim.AdamW(model.parameters(), lr=spec["lr"], weight_decay=1e-4)
-    step, history, t0 = 0, [], time.perf_counter()
-    while step < steps:
-        model.train()
-        picks = rng.integers(0, len(train_set), spec["batch"])
-        x, targets = _batch([train_set[i] for i in picks], rng, augment=True)
-        loss, parts = detection_loss(model(x), targets)
-        opt.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 10.0)
-        opt.step()
-        step += 1
-        for g in opt.param_groups:  # cosine decay
-            g["lr"] = spec["lr"] * 0.5 * (1 + math.cos(math.pi * step / steps))
-        if step % 50 == 0:
-            elapsed = time.perf_counter() - t0
-            history.append({"step": step, "loss": round(loss.item(), 4), **{k: round(v, 4) for k, v in parts.items()}})
-            log(f"step {step}/{steps} loss {loss.item():.3f} ({elapsed / 60:.1f} min)")
+    history, render_s, total_steps = [], 0.0, 0
+    for number, phase in enumerate(spec["phases"], 1):
+        phase = phase if steps is None else replace(phase, steps=steps)
+        log(f"phase {number}: rendering {clips} training clips at input scale {phase.input_scale} ...")
+        t = time.perf_counter()
+        train_set = render_dataset(list(range(TRAIN_SEED0, TRAIN_SEED0 + clips)), phase.input_scale, every)
+        render_s += time.perf_counter() - t
+        log(f"{len(train_set)} training frames in {time.perf_counter() - t:.0f} s")
+        history += _train_phase(model, train_set, phase, spec["batch"], rng, total_steps, log)
+        total_steps += phase.steps
+    eval_set = render_dataset(list(range(EVAL_SEED0, EVAL_SEED0 + eval_clips)), cfg.input_scale, every * 2)
     train_s = time.perf_counter() - started
     metrics = evaluate(model, eval_set)
     log(f"held-out mAP@0.5 {metrics['map']:.3f}: {metrics['per_class']}")
     out_dir.mkdir(parents=True, exist_ok=True)
     torch.save(model.state_dict(), out_dir / "model.pt")
     (out_dir / "model.yaml").write_text(yaml.safe_dump(model_yaml(version, cfg, metrics["map"]), sort_keys=False))
-    record = {"version": version, "config": cfg.to_dict(), "steps": step, "batch": spec["batch"],
+    record = {"version": version, "config": cfg.to_dict(), "steps": total_steps, "batch": spec["batch"],
+              "phases": [{"input_scale": p.input_scale, "steps": p.steps if steps is None else steps, "lr": p.lr}
+                         for p in spec["phases"]],
               "train_frames": len(train_set), "eval_frames": len(eval_set), "minutes": round(train_s / 60, 1),
               "render_s": round(render_s, 1), "eval": metrics, "loss": history,
               "torch_threads": torch.get_num_threads()}
     (out_dir / "train_log.json").write_text(json.dumps(record, indent=1))
     return record
+
+
+def _train_phase(model: SceneDet, train_set: list[Sample], phase: Phase, batch: int, rng: np.random.Generator,
+                 step0: int, log) -> list[dict]:
+    """AdamW with cosine decay from the phase's learning rate; the loss every 50 steps."""
+    opt = torch.optim.AdamW(model.parameters(), lr=phase.lr, weight_decay=1e-4)
+    history, t0 = [], time.perf_counter()
+    for step in range(1, phase.steps + 1):
+        model.train()
+        picks = rng.integers(0, len(train_set), batch)
+        x, targets = _batch([train_set[i] for i in picks], rng, augment=True)
+        loss, parts = detection_loss(model(x), targets)
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 10.0)
+        opt.step()
+        for g in opt.param_groups:
+            g["lr"] = phase.lr * 0.5 * (1 + math.cos(math.pi * step / phase.steps))
+        if step % 50 == 0:
+            history.append({"step": step0 + step, "input_scale": phase.input_scale, "loss": round(loss.item(), 4),
+                            **{k: round(v, 4) for k, v in parts.items()}})
+            log(f"step {step}/{phase.steps} at {phase.input_scale} loss {loss.item():.3f} "
+                f"({(time.perf_counter() - t0) / 60:.1f} min)")
+    return history
 
 
 def model_yaml(version: int, cfg: SceneDetConfig, quality: float | None = None) -> dict:
@@ -246,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", type=int, choices=sorted(VERSIONS), required=True)
     parser.add_argument("--out", type=Path, help="default: configs/models/scenedet/VERSION")
-    parser.add_argument("--steps", type=int, help="optimiser steps (default: the version's)")
+    parser.add_argument("--steps", type=int, help="optimiser steps of each phase (default: the version's)")
     parser.add_argument("--clips", type=int, help="training clips to render")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (default: all cores)")
     args = parser.parse_args(argv)

@@ -31,12 +31,15 @@ def test_a_box_looks_like_the_middle_of_what_it_holds():
     assert np.isnan(got[2]).all()  # no width: nothing to compare
 
 
-def test_a_box_is_behind_another_whose_bottom_is_nearer_the_camera():
-    boxes = np.array([[0, 0, 10, 20], [8, 0, 18, 22], [40, 0, 50, 20], [49.5, 0, 59.5, 22], [70, 0, 80, 20],
-                      [78, 0, 88, 20]], np.float64)
-    # the first two share 20% of their areas, and the second's bottom is lower: the first
-    # is behind it; the next two share 5%, under the limit; the last two stand level
-    assert behind(boxes).tolist() == [True, False, False, False, False, False]
+def test_a_box_is_behind_another_that_covers_its_middle_and_stands_nearer_the_camera():
+    boxes = np.array([[0, 0, 10, 20], [5, 0, 15, 22], [40, 0, 50, 20], [48, 0, 58, 22], [70, 0, 80, 20],
+                      [75, 0, 85, 21], [100, 0, 110, 20], [105, 0, 115, 30]], np.float64)
+    # the first two: the second covers half the middle of the first and its bottom is
+    # lower, so the first is behind it. The next two share a fifth of their boxes but not
+    # the first's middle (where its colour is taken): both clear. The next two stand level
+    # (bottoms within LEVEL) and cover half of each other's middles: either may be in
+    # front, so neither is clear. The last two: the second is nearer by far.
+    assert behind(boxes).tolist() == [True, False, False, False, True, True, True, False]
     assert behind(boxes[:1]).tolist() == [False]
 
 

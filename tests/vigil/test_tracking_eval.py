@@ -106,7 +106,7 @@ def test_given_the_truths_boxes_apps_track_and_count_a_rendered_clip(short_clip)
 @pytest.mark.slow
 def test_eval_reports_both_runs_on_a_bundled_clip():
     """street_a: with the truth's boxes people-counter's tracks followed every stay when
-    measured, with the detector 0.929 of them."""
+    measured, with the detector 0.964 of them."""
     clip = next(c for c in bundled_clips() if c.name == "street_a")
     from vigil.settings import MODELS_DIR
 
@@ -118,11 +118,13 @@ def test_eval_reports_both_runs_on_a_bundled_clip():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name, floor", [("street_b", 0.93), ("street_c", 0.86)])
+@pytest.mark.parametrize("name, floor", [("street_b", 0.93), ("street_c", 0.93)])
 def test_given_the_truths_boxes_the_tracker_keeps_people_in_a_crowd(name, floor):
     """The tracker's own share, with no detector misses: people-counter followed 0.957
-    (street_b) and 0.893 (street_c) of the stays when measured, where matching by colour
-    without the occlusion and height rules followed 0.851 and 0.827."""
+    (street_b) and 0.96 (street_c) of the stays when measured; with a box behind
+    another judged by its whole box (not its middle), bottoms never level, and going
+    out of view judged from the frame before, 0.957 and 0.893; matching by colour
+    without the occlusion and height rules, 0.851 and 0.827."""
     clip = next(c for c in bundled_clips() if c.name == name)
     specs = [load_spec(n) for n in TRACKED_APPS]
     assert stays_followed(run_on_truth(clip, specs), clip.truth, specs) >= floor
