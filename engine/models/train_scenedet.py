@@ -197,14 +197,15 @@ def train(version: int, out_dir: Path, steps: int | None = None, clips: int | No
     rng = np.random.default_rng(seed)
     started = time.perf_counter()
     model = SceneDet(cfg)
+    phases = [p if steps is None else replace(p, steps=steps) for p in spec["phases"]]
     history, render_s, total_steps = [], 0.0, 0
-    for number, phase in enumerate(spec["phases"], 1):
-        phase = phase if steps is None else replace(phase, steps=steps)
+    for number, phase in enumerate(phases, 1):
         log(f"phase {number}: rendering {clips} training clips at input scale {phase.input_scale} ...")
         t = time.perf_counter()
         train_set = render_dataset(list(range(TRAIN_SEED0, TRAIN_SEED0 + clips)), phase.input_scale, every)
-        render_s += time.perf_counter() - t
-        log(f"{len(train_set)} training frames in {time.perf_counter() - t:.0f} s")
+        rendered_s = time.perf_counter() - t
+        render_s += rendered_s
+        log(f"{len(train_set)} training frames in {rendered_s:.0f} s")
         history += _train_phase(model, train_set, phase, spec["batch"], rng, total_steps, log)
         total_steps += phase.steps
     eval_set = render_dataset(list(range(EVAL_SEED0, EVAL_SEED0 + eval_clips)), cfg.input_scale, every * 2)
@@ -215,8 +216,7 @@ def train(version: int, out_dir: Path, steps: int | None = None, clips: int | No
     torch.save(model.state_dict(), out_dir / "model.pt")
     (out_dir / "model.yaml").write_text(yaml.safe_dump(model_yaml(version, cfg, metrics["map"]), sort_keys=False))
     record = {"version": version, "config": cfg.to_dict(), "steps": total_steps, "batch": spec["batch"],
-              "phases": [{"input_scale": p.input_scale, "steps": p.steps if steps is None else steps, "lr": p.lr}
-                         for p in spec["phases"]],
+              "phases": [{"input_scale": p.input_scale, "steps": p.steps, "lr": p.lr} for p in phases],
               "train_frames": len(train_set), "eval_frames": len(eval_set), "minutes": round(train_s / 60, 1),
               "render_s": round(render_s, 1), "eval": metrics, "loss": history,
               "torch_threads": torch.get_num_threads()}
