@@ -105,7 +105,8 @@ class App:
         self.tracker = Tracker(spec.tracker, fps=fps)
         self.lines = [LineCounter(name, np.array(a) * scale, np.array(b) * scale)
                       for name, (a, b) in spec.lines.items()]
-        self.zones = [ZoneMonitor(name, np.array(poly, np.float64) * scale) for name, poly in spec.zones.items()]
+        self.zones = [ZoneMonitor(name, np.array(poly, np.float64) * scale, spec.zone_inertia)
+                      for name, poly in spec.zones.items()]
         wanted = spec.classes if spec.classes is not None else list(self.labels)
         self._wanted = np.array([self.labels.index(c) for c in wanted], np.int64)
         self._loiterers = None if spec.loiter_classes is None else \
@@ -141,7 +142,8 @@ class App:
             polygon = np.array(poly, np.float64) * scale
             old = zones.get(name)
             keep = old is not None and old.polygon.shape == polygon.shape and np.allclose(old.polygon, polygon)
-            self.zones.append(old if keep else ZoneMonitor(name, polygon))
+            self.zones.append(old if keep else ZoneMonitor(name, polygon, spec.zone_inertia))
+            self.zones[-1].inertia = spec.zone_inertia
         self.filter = DetectionFilter(spec, self.labels, self.frame_size)
         if spec.stationary_s != self.spec.stationary_s:  # still spells go on; what is parked stays, when on
             self.keeper.stationary_s, self.keeper.park_s = spec.stationary_s, parked_for_s(spec.stationary_s)
@@ -223,9 +225,10 @@ class App:
                                           line=line.name, direction=c.direction, **box(c.track_id)))
         for zone in self.zones:
             entered, exited = zone.update(mine, t_ms)
-            events += [self._event("zone_enter", t_ms, tid, cid, zone=zone.name, **box(tid)) for tid, cid in entered]
-            events += [self._event("zone_exit", t_ms, tid, cid, zone=zone.name, dwell_ms=round(stay, 3), **box(tid))
-                       for tid, cid, stay in exited]
+            events += [self._event("zone_enter", t_ms, c.track_id, c.class_id, zone=zone.name, entered_ms=c.at_ms,
+                                   **box(c.track_id)) for c in entered]
+            events += [self._event("zone_exit", t_ms, c.track_id, c.class_id, zone=zone.name, left_ms=c.at_ms,
+                                   dwell_ms=round(c.dwell_ms, 3), **box(c.track_id)) for c in exited]
             if self.spec.loiter_s is not None:
                 events += [self._event("zone_dwell", t_ms, tid, cid, zone=zone.name, dwell_ms=round(stay, 3),
                                        **box(tid))
@@ -277,11 +280,13 @@ class App:
             del self.tracks[tid]
             dwell: dict[str, float] = {}
             for zone in self.zones:
-                stay = state.last_ms - zone.since_ms[tid] if tid in zone.inside else None
-                cid, total = zone.end_track(tid, state.last_ms)
-                if cid is not None:
+                entered, left, total = zone.end_track(tid, state.last_ms)
+                if entered is not None:
+                    events.append(self._event("zone_enter", state.last_ms, tid, state.class_id, zone=zone.name,
+                                              entered_ms=entered.at_ms, box=state.box))
+                if left is not None:
                     events.append(self._event("zone_exit", state.last_ms, tid, state.class_id, zone=zone.name,
-                                              dwell_ms=round(max(0.0, stay), 3)))
+                                              left_ms=left.at_ms, dwell_ms=round(left.dwell_ms, 3)))
                 if total > 0:
                     dwell[zone.name] = round(total, 3)
             for line in self.lines:

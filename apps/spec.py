@@ -30,7 +30,8 @@ MAX_SHOWN_CHARS = 200  # a value echoed in an error message is cut to this
 # fields a running app may change (PATCH): the rest change what it tracks, so it restarts
 # (not filters and masks: the classes they may name depend on the app's detector, which a
 # PATCH body does not carry, so the PATCH schema could not state what is accepted)
-LIVE_FIELDS = ("slo_ms", "fps", "lines", "zones", "priority", "min_confidence", "loiter_s", "stationary_s")
+LIVE_FIELDS = ("slo_ms", "fps", "lines", "zones", "zone_inertia", "priority", "min_confidence", "loiter_s",
+               "stationary_s")
 EVERY_CLASS = "*"  # a `filters` key: the filter of each class without its own
 MAX_SLO_MS = 600_000  # ten minutes: the longest latency target any request may ask for
 
@@ -216,6 +217,9 @@ class AppSpec(BaseModel):
     skip_static: SkipOptions | None = Field(None, description="skip inference on frames that did not change")
     select: Literal["fixed", "adaptive"] = Field("fixed", description="adaptive: the engine picks among the "
                                                  "model's versions by load (fast under load, accurate otherwise)")
+    zone_inertia: json_int(ge=1, le=30) = Field(3, description="frames in a row a track must be seen on the other "
+                                              "side of a zone's border before it counts as in or out (dated to the "
+                                              "first of them): a foot stepping out for a frame is the same stay")
     loiter_s: float | None = Field(None, gt=0, le=86_400, strict=True,
                                    description="a zone_dwell event when a track has stayed this long in one of "
                                                "the app's zones (once per stay); none when omitted")

@@ -100,12 +100,13 @@ def test_line_counts_match_truth_on_bundled_clips(clip, tmp_path):
     assert summary["error"] is None
     assert count_errors(summary, load_truth(clip), 0.05) == []
     assert dwell_errors(tmp_path, load_truth(clip), 0.12) == []  # 0.92..1.03 of the truth when measured
-    # 1.0 (street_b), 0.933 (street_c) and 0.964 (street_a) when measured; by person,
-    # 0.936, 0.84 and 0.964: the misses are two people walking together seen as one, a
-    # crowd at the kerb whose tracks break, and stays a track switch cut in two
+    # 1.0 (street_b), 0.96 (street_c) and 0.964 (street_a) when measured; by person,
+    # 0.957, 0.893 and 0.964 (0.936, 0.84 and 0.964 with zone_inertia 1): the misses are
+    # two people side by side seen as one, a crowd at the kerb whose tracks break, and
+    # stays a track switch cut in two
     truth, events, specs = load_truth(clip), read_events(tmp_path), [load_spec(n) for n in TRACKED_APPS]
-    assert stays_within(events, truth, specs) >= 0.8
-    assert stays_followed(events, truth, specs) >= 0.75
+    assert stays_within(events, truth, specs) >= 0.9
+    assert stays_followed(events, truth, specs) >= 0.85
     # 0.94 (street_b), 1.0 (street_c) and 1.0 (street_a) of the long stays got their
     # zone_dwell, with at most one event matching none, when measured: the misses are a
     # track that took over another person's, and two people side by side seen as one

@@ -87,9 +87,9 @@ def stays_within(events: list[dict], truth: dict, specs: list[AppSpec], within_m
         for e in exits:
             if (e["app"], e["zone"], e["class"]) != (owner, stay["zone"], stay["class"]):
                 continue
-            start = e["t_ms"] - e["dwell_ms"]
-            union = max(e["t_ms"], stay["exit_ms"]) - min(start, stay["enter_ms"])
-            overlap = max(0.0, min(e["t_ms"], stay["exit_ms"]) - max(start, stay["enter_ms"])) / max(union, 1e-9)
+            start, end = e["left_ms"] - e["dwell_ms"], e["left_ms"]
+            union = max(end, stay["exit_ms"]) - min(start, stay["enter_ms"])
+            overlap = max(0.0, min(end, stay["exit_ms"]) - max(start, stay["enter_ms"])) / max(union, 1e-9)
             if overlap >= best_overlap:
                 best, best_overlap = e, overlap
         hits += best is not None and abs(best["dwell_ms"] - stay["dwell_ms"]) <= within_ms
@@ -100,15 +100,16 @@ def stays_followed(events: list[dict], truth: dict, specs: list[AppSpec], within
     """The share of the counted stays that a zone_exit matches by object (see the module's
     docstring) with a dwell within `within_ms`."""
     boxes = {round(f["t_ms"]): {o["track_id"]: o["xyxy"] for o in f["objects"]} for f in truth["frames"]}
-    enters = {(e["app"], e["track_id"], e["zone"], round(e["t_ms"])): e.get("box")
+    enters = {(e["app"], e["track_id"], e["zone"], round(e["entered_ms"])): (e["t_ms"], e.get("box"))
               for e in events if e["type"] == "zone_enter"}
     ends = {(e["app"], e["track_id"]): e.get("box") for e in events if e["type"] == "track_end"}
     exits = []
     for e in events:
         if e["type"] == "zone_exit":
-            entered_ms = e["t_ms"] - e["dwell_ms"]
-            exits.append((e, entered_ms, enters.get((e["app"], e["track_id"], e["zone"], round(entered_ms))),
-                          e.get("box") or ends.get((e["app"], e["track_id"]))))
+            # boxes where the stay was counted: on the frames its enter and exit were said
+            seen_ms, entered = enters.get((e["app"], e["track_id"], e["zone"], round(e["left_ms"] - e["dwell_ms"])),
+                                          (None, None))
+            exits.append((e, seen_ms, entered, e.get("box") or ends.get((e["app"], e["track_id"]))))
     stays = counted_stays(truth, specs)
     hits = 0
     for owner, stay in stays:
@@ -119,8 +120,8 @@ def stays_followed(events: list[dict], truth: dict, specs: list[AppSpec], within
 
         hits += any((e["app"], e["zone"]) == (owner, stay["zone"])
                     and abs(e["dwell_ms"] - stay["dwell_ms"]) <= within_ms
-                    and on_object(entered_ms, entered) and on_object(e["t_ms"], left)
-                    for e, entered_ms, entered, left in exits)
+                    and seen_ms is not None and on_object(seen_ms, entered) and on_object(e["t_ms"], left)
+                    for e, seen_ms, entered, left in exits)
     return hits / max(len(stays), 1)
 
 

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from apps.counting import LineCounter, ZoneMonitor
+from apps.counting import LineCounter, ZoneChange, ZoneMonitor
 from apps.geometry import in_polygon, side_of_line
 from factories import box_at, make_detections
 
@@ -62,11 +62,11 @@ def test_zone_enter_and_exit_by_foot_point():
     zone = ZoneMonitor("box", np.array([[0, 0], [100, 0], [100, 100], [0, 100]], np.float64))
     # box centred at y=90 with height 20: foot at y=100 is on the edge; y=80 -> foot 90 inside
     entered, exited = zone.update(make_detections([box_at(50, 80)], tracker_id=[7]))
-    assert entered == [(7, 0)] and exited == []
+    assert entered == [ZoneChange(7, 0, 0.0)] and exited == []
     entered, exited = zone.update(make_detections([box_at(50, 80)], tracker_id=[7]))
     assert entered == [] and exited == []
     entered, exited = zone.update(make_detections([box_at(150, 80)], tracker_id=[7]))
-    assert exited == [(7, 0, 0.0)]
+    assert exited == [ZoneChange(7, 0, 0.0, 0.0)]
     assert zone.num_entered == 1 and zone.occupancy() == {}
 
 
@@ -75,20 +75,56 @@ def test_zone_keeps_occluded_track_inside_until_it_ends():
     zone.update(make_detections([box_at(50, 50)], [2], tracker_id=[3]))
     zone.update(make_detections([]))  # occluded: no detections this frame
     assert zone.occupancy() == {2: 1}
-    assert zone.end_track(3) == (2, 0.0) and zone.occupancy() == {}
+    assert zone.end_track(3) == (None, ZoneChange(3, 2, 0.0, 0.0), 0.0) and zone.occupancy() == {}
+
+
+def inside_and_outside(track: int):
+    """One track's box with its foot inside the zone `box` (100 px square), and outside."""
+    return make_detections([box_at(50, 50)], tracker_id=[track]), make_detections([box_at(150, 50)], tracker_id=[track])
 
 
 def test_a_zone_keeps_each_tracks_dwell_over_its_stays():
     zone = ZoneMonitor("box", np.array([[0, 0], [100, 0], [100, 100], [0, 100]], np.float64))
-    inside, outside = make_detections([box_at(50, 50)], tracker_id=[4]), make_detections([box_at(150, 50)], tracker_id=[4])
+    inside, outside = inside_and_outside(4)
     zone.update(inside, 1000.0)
     assert zone.loiterers(2500.0, 2000.0) == []
-    assert zone.update(outside, 2500.0) == ([], [(4, 0, 1500.0)])  # the first stay: 1.5 s
+    assert zone.update(outside, 2500.0) == ([], [ZoneChange(4, 0, 2500.0, 1500.0)])  # the first stay: 1.5 s
     zone.update(inside, 4000.0)
     assert zone.loiterers(6000.0, 2000.0) == [(4, 0, 2000.0)]  # this stay reached 2 s
     assert zone.loiterers(7000.0, 2000.0) == []  # said once per stay
     assert zone.loiterers(7000.0, 2000.0, np.array([1])) == []
-    assert zone.end_track(4, 7000.0) == (0, 4500.0)  # it ends inside: 1.5 s + 3 s
+    # it ends inside: 1.5 s + 3 s
+    assert zone.end_track(4, 7000.0) == (None, ZoneChange(4, 0, 7000.0, 3000.0), 4500.0)
+
+
+def test_with_inertia_a_foot_out_for_fewer_frames_is_one_stay_dated_from_its_first_frames():
+    zone = ZoneMonitor("box", np.array([[0, 0], [100, 0], [100, 100], [0, 100]], np.float64), inertia=3)
+    inside, outside = inside_and_outside(4)
+    assert zone.update(outside, 0.0) == ([], [])
+    assert zone.update(inside, 100.0) == ([], []) and zone.update(inside, 200.0) == ([], [])
+    assert zone.update(inside, 300.0) == ([ZoneChange(4, 0, 100.0)], [])  # counted on its third frame in
+    for t in (400.0, 500.0):  # out for two frames: the same stay
+        assert zone.update(outside, t) == ([], [])
+    assert zone.loiterers(500.0, 300.0) == []  # not while it may have left
+    zone.update(inside, 600.0)
+    assert zone.loiterers(600.0, 300.0) == [(4, 0, 500.0)]
+    assert [zone.update(outside, t) for t in (700.0, 800.0, 900.0)] == [([], []), ([], []),
+                                                                        ([], [ZoneChange(4, 0, 700.0, 600.0)])]
+    assert zone.num_entered == 1
+
+
+def test_a_track_that_ends_while_crossing_counts_what_it_was_last_seen_doing():
+    zone = ZoneMonitor("box", np.array([[0, 0], [100, 0], [100, 100], [0, 100]], np.float64), inertia=3)
+    inside, outside = inside_and_outside(4)
+    zone.update(outside, 0.0)
+    zone.update(inside, 100.0)  # in for one frame, then lost: it entered, and left when last seen
+    assert zone.end_track(4, 100.0) == (ZoneChange(4, 0, 100.0), ZoneChange(4, 0, 100.0, 0.0), 0.0)
+    assert zone.num_entered == 1 and zone.occupancy() == {}
+    for t in (0.0, 100.0, 200.0):
+        zone.update(inside, t)
+    zone.update(outside, 300.0)
+    zone.update(outside, 400.0)  # out for two frames, then lost: it left on the first
+    assert zone.end_track(4, 400.0) == (None, ZoneChange(4, 0, 300.0, 300.0), 300.0)
 
 
 @pytest.mark.parametrize("point, inside", [((5, 5), True), ((15, 5), False), ((9.9, 9.9), True), ((-1, 5), False)])

@@ -38,9 +38,9 @@ def _truth() -> dict:
 def _stay(track: int, enter_box: list, exit_box: list, enter_ms: float = 1000.0, exit_ms: float = 5000.0) -> list:
     app = PEOPLE.name
     return [{"type": "zone_enter", "app": app, "track_id": track, "zone": ZONE, "class": "person",
-             "t_ms": enter_ms, "box": enter_box},
+             "t_ms": enter_ms, "entered_ms": enter_ms, "box": enter_box},
             {"type": "zone_exit", "app": app, "track_id": track, "zone": ZONE, "class": "person",
-             "t_ms": exit_ms, "dwell_ms": exit_ms - enter_ms, "box": exit_box}]
+             "t_ms": exit_ms, "left_ms": exit_ms, "dwell_ms": exit_ms - enter_ms, "box": exit_box}]
 
 
 ONE, TWO = [100, 100, 120, 160], [160, 100, 180, 160]
@@ -118,13 +118,14 @@ def test_eval_reports_both_runs_on_a_bundled_clip():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name, floor", [("street_b", 0.93), ("street_c", 0.93)])
+@pytest.mark.parametrize("name, floor", [("street_b", 0.97), ("street_c", 0.95)])
 def test_given_the_truths_boxes_the_tracker_keeps_people_in_a_crowd(name, floor):
-    """The tracker's own share, with no detector misses: people-counter followed 0.957
-    (street_b) and 0.96 (street_c) of the stays when measured; with a box behind
-    another judged by its whole box (not its middle), bottoms never level, and going
-    out of view judged from the frame before, 0.957 and 0.893; matching by colour
-    without the occlusion and height rules, 0.851 and 0.827."""
+    """The tracker's own share, with no detector misses: people-counter followed 1.0
+    (street_b) and 0.96 (street_c) of the stays when measured (0.957 and 0.96 with
+    zone_inertia 1); with a box behind another judged by its whole box (not its
+    middle), bottoms never level, and going out of view judged from the frame before,
+    0.957 and 0.893; matching by colour without the occlusion and height rules, 0.851
+    and 0.827."""
     clip = next(c for c in bundled_clips() if c.name == name)
     specs = [load_spec(n) for n in TRACKED_APPS]
     assert stays_followed(run_on_truth(clip, specs), clip.truth, specs) >= floor
