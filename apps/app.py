@@ -123,9 +123,9 @@ class App:
         return self.num_detections + sum(self.class_frames.values())
 
     def reconfigure(self, spec: AppSpec) -> None:
-        """Apply a changed spec while running (SLO, fps, priority, lines, zones, loiter_s,
-        stationary_s): tracks go on; a line or zone whose geometry is unchanged keeps its counts, a new or moved
-        one starts from zero."""
+        """Apply a changed spec while running (SLO, fps, priority, lines, zones,
+        zone_inertia, loiter_s, stationary_s): tracks go on; a line or zone whose geometry
+        is unchanged keeps its counts, a new or moved one starts from zero."""
         if spec.name != self.spec.name or spec.detector != self.spec.detector or spec.classes != self.spec.classes:
             raise ValueError("name, detector and classes cannot change while running; delete and add the app")
         scale = np.array(self.frame_size, np.float64)
@@ -142,8 +142,9 @@ class App:
             polygon = np.array(poly, np.float64) * scale
             old = zones.get(name)
             keep = old is not None and old.polygon.shape == polygon.shape and np.allclose(old.polygon, polygon)
-            self.zones.append(old if keep else ZoneMonitor(name, polygon, spec.zone_inertia))
-            self.zones[-1].inertia = spec.zone_inertia
+            zone = old if keep else ZoneMonitor(name, polygon)
+            zone.inertia = spec.zone_inertia
+            self.zones.append(zone)
         self.filter = DetectionFilter(spec, self.labels, self.frame_size)
         if spec.stationary_s != self.spec.stationary_s:  # still spells go on; what is parked stays, when on
             self.keeper.stationary_s, self.keeper.park_s = spec.stationary_s, parked_for_s(spec.stationary_s)

@@ -3,9 +3,9 @@ rendered clips, with their detector and with the truth's own boxes, side by side
 
 A stay is one object's time in one zone, from the renderer's truth. It is *followed*
 when some `zone_exit` of that zone has its track on that object where it entered (the
-`zone_enter`'s box) and where it left (the `zone_exit`'s, or its `track_end`'s when the
-track ended unseen), at IoU >= 0.5 with the truth's box on those frames, and a dwell
-within 0.5 s of the truth's. A track that slid onto a neighbour, or a stay that two
+`zone_enter`'s box, on the frame that settled it) and where it left (the `zone_exit`'s,
+or its `track_end`'s when the track ended unseen), at IoU >= 0.5 with the truth's box
+on those frames, and a dwell within 0.5 s of the truth's. A track that slid onto a neighbour, or a stay that two
 tracks cut in two, is not. *Within* is looser: some `zone_exit` of that zone and class
 overlaps the stay in time by half and has its dwell within 0.5 s.
 
