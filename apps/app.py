@@ -226,9 +226,9 @@ class App:
                                           line=line.name, direction=c.direction, **box(c.track_id)))
         for zone in self.zones:
             entered, exited = zone.update(mine, t_ms)
-            events += [self._event("zone_enter", t_ms, c.track_id, c.class_id, zone=zone.name, entered_ms=c.at_ms,
+            events += [self._event("zone_enter", t_ms, c.track_id, c.class_id, zone=zone.name, entered_ms=round(c.at_ms, 3),
                                    **box(c.track_id)) for c in entered]
-            events += [self._event("zone_exit", t_ms, c.track_id, c.class_id, zone=zone.name, left_ms=c.at_ms,
+            events += [self._event("zone_exit", t_ms, c.track_id, c.class_id, zone=zone.name, left_ms=round(c.at_ms, 3),
                                    dwell_ms=round(c.dwell_ms, 3), **box(c.track_id)) for c in exited]
             if self.spec.loiter_s is not None:
                 events += [self._event("zone_dwell", t_ms, tid, cid, zone=zone.name, dwell_ms=round(stay, 3),
@@ -284,10 +284,10 @@ class App:
                 entered, left, total = zone.end_track(tid, state.last_ms)
                 if entered is not None:
                     events.append(self._event("zone_enter", state.last_ms, tid, state.class_id, zone=zone.name,
-                                              entered_ms=entered.at_ms, box=state.box))
+                                              entered_ms=round(entered.at_ms, 3), box=state.box))
                 if left is not None:
                     events.append(self._event("zone_exit", state.last_ms, tid, state.class_id, zone=zone.name,
-                                              left_ms=left.at_ms, dwell_ms=round(left.dwell_ms, 3)))
+                                              left_ms=round(left.at_ms, 3), dwell_ms=round(left.dwell_ms, 3)))
                 if total > 0:
                     dwell[zone.name] = round(total, 3)
             for line in self.lines:

@@ -21,8 +21,9 @@ class Event:
     t_ms: float  # stream time
     track_id: int
     cls: str
-    # line+direction, zone, duration_ms, dwell_ms; entered_ms / left_ms (the first frame a
-    # zone_enter's / zone_exit's track was seen in / out: t_ms is the frame that settled it);
+    # line+direction, zone, duration_ms, dwell_ms; entered_ms / left_ms (a zone_enter's /
+    # zone_exit's first frame seen in / out, or its last frame seen when a track ends
+    # inside; t_ms is the frame that settled it, or the track's last when it ended);
     # box (xyxy pixels: where the object was on the event's frame, or last seen for
     # track_end); snapshot (its stored picture, vigil/snapshots.py)
     data: dict[str, Any] = field(default_factory=dict)

@@ -217,9 +217,10 @@ class AppSpec(BaseModel):
     skip_static: SkipOptions | None = Field(None, description="skip inference on frames that did not change")
     select: Literal["fixed", "adaptive"] = Field("fixed", description="adaptive: the engine picks among the "
                                                  "model's versions by load (fast under load, accurate otherwise)")
-    zone_inertia: json_int(ge=1, le=30) = Field(3, description="frames in a row a track must be seen on the other "
-                                              "side of a zone's border before it counts as in or out (dated to the "
-                                              "first of them): a foot stepping out for a frame is the same stay")
+    zone_inertia: json_int(ge=1, le=30) = Field(3, description="the app's frames in a row a track must be seen on "
+                                              "the other side of a zone's border before it counts as in or out "
+                                              "(dated to the first of them): a foot stepping out for a frame is the "
+                                              "same stay")
     loiter_s: float | None = Field(None, gt=0, le=86_400, strict=True,
                                    description="a zone_dwell event when a track has stayed this long in one of "
                                                "the app's zones (once per stay); none when omitted")

@@ -102,8 +102,14 @@ def parse_question(text: str, lines: list[str], zones: list[str], latest_ms: flo
                      "or whether one was in a zone, or how long they stayed there (" + ", ".join(zones) + ")")
 
 
+def _when(e: dict) -> float:
+    """When the event's change happened: a zone_enter's or zone_exit's first frame on the
+    new side (said `zone_inertia` frames later, at `t_ms`), else its `t_ms`."""
+    return e.get("entered_ms", e.get("left_ms", e["t_ms"]))
+
+
 def _in_window(e: dict, q: Question) -> bool:
-    return (q.t_from_ms is None or e["t_ms"] >= q.t_from_ms) and (q.t_to_ms is None or e["t_ms"] < q.t_to_ms)
+    return (q.t_from_ms is None or _when(e) >= q.t_from_ms) and (q.t_to_ms is None or _when(e) < q.t_to_ms)
 
 
 def aggregate(q: Question, events: list[dict]) -> tuple[Aggregate, list[dict]]:
@@ -145,7 +151,7 @@ def aggregate(q: Question, events: list[dict]) -> tuple[Aggregate, list[dict]]:
     present = set()
     for key, spans in inside.items():
         for enter, leave in spans:
-            if enter["t_ms"] < hi and (leave is None or leave["t_ms"] >= lo):
+            if _when(enter) < hi and (leave is None or _when(leave) >= lo):
                 present.add(key)
                 used.append(enter)
                 break

@@ -162,3 +162,17 @@ def test_how_long_they_stayed_in_a_zone_is_the_mean_and_longest_of_their_stays()
     assert out["answer"] == "2 people left crosswalk after 8 s on average, the longest after 12 s."
     late = aggregate(parse_question("how long did people stay in the crosswalk after 0:25?", LINES, ZONES), events)[0]
     assert (late.n, late.mean_s) == (1, 4)
+
+
+def test_a_zone_event_is_placed_in_a_window_by_when_its_change_happened():
+    # said 0.4 s after the change, as zone_inertia makes them: the track entered at 4.8 s
+    # and left at 9.8 s, so it was in the crosswalk before 0:05 and not after 0:10
+    events = [ev(1, "zone_enter", 5.2, "person", track=3, zone="crosswalk", entered_ms=4800.0),
+              ev(2, "zone_exit", 10.2, "person", track=3, zone="crosswalk", left_ms=9800.0, dwell_ms=5000.0)]
+    before = aggregate(parse_question("was there a person in the crosswalk between 0:04 and 0:05?", LINES, ZONES),
+                       events)[0]
+    after = aggregate(parse_question("was there a person in the crosswalk between 0:10 and 0:12?", LINES, ZONES),
+                      events)[0]
+    assert (before.n, after.n) == (1, 0)
+    stays = aggregate(parse_question("how long did people stay in the crosswalk after 0:10?", LINES, ZONES), events)[0]
+    assert stays.n == 0
