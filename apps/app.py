@@ -284,7 +284,7 @@ class App:
                 entered, left, total = zone.end_track(tid, state.last_ms)
                 if entered is not None:
                     events.append(self._event("zone_enter", state.last_ms, tid, state.class_id, zone=zone.name,
-                                              entered_ms=round(entered.at_ms, 3), box=state.box))
+                                              entered_ms=round(entered.at_ms, 3)))
                 if left is not None:
                     events.append(self._event("zone_exit", state.last_ms, tid, state.class_id, zone=zone.name,
                                               left_ms=round(left.at_ms, 3), dwell_ms=round(left.dwell_ms, 3)))

@@ -25,7 +25,8 @@ class Event:
     # zone_exit's first frame seen in / out, or its last frame seen when a track ends
     # inside; t_ms is the frame that settled it, or the track's last when it ended);
     # box (xyxy pixels: where the object was on the event's frame, or last seen for
-    # track_end); snapshot (its stored picture, vigil/snapshots.py)
+    # track_end; none on the zone events said with a track_end); snapshot (its stored
+    # picture, vigil/snapshots.py)
     data: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

@@ -3,9 +3,9 @@ rendered clips, with their detector and with the truth's own boxes, side by side
 
 A stay is one object's time in one zone, from the renderer's truth. It is *followed*
 when some `zone_exit` of that zone has its track on that object where it entered (the
-`zone_enter`'s box, on the frame that settled it) and where it left (the `zone_exit`'s,
-or its `track_end`'s when the track ended unseen), at IoU >= 0.5 with the truth's box
-on those frames, and a dwell within 0.5 s of the truth's. A track that slid onto a neighbour, or a stay that two
+`zone_enter`'s box, on the frame that settled it) and where it left (the `zone_exit`'s),
+at IoU >= 0.5 with the truth's box on those frames (the `track_end`'s, for an event said
+when its track ended), and a dwell within 0.5 s of the truth's. A track that slid onto a neighbour, or a stay that two
 tracks cut in two, is not. *Within* is looser: some `zone_exit` of that zone and class
 overlaps the stay in time by half and has its dwell within 0.5 s.
 
@@ -100,9 +100,10 @@ def stays_followed(events: list[dict], truth: dict, specs: list[AppSpec], within
     """The share of the counted stays that a zone_exit matches by object (see the module's
     docstring) with a dwell within `within_ms`."""
     boxes = {round(f["t_ms"]): {o["track_id"]: o["xyxy"] for o in f["objects"]} for f in truth["frames"]}
-    enters = {(e["app"], e["track_id"], e["zone"], round(e["entered_ms"])): (e["t_ms"], e.get("box"))
-              for e in events if e["type"] == "zone_enter"}
     ends = {(e["app"], e["track_id"]): e.get("box") for e in events if e["type"] == "track_end"}
+    enters = {(e["app"], e["track_id"], e["zone"], round(e["entered_ms"])):
+              (e["t_ms"], e.get("box") or ends.get((e["app"], e["track_id"])))
+              for e in events if e["type"] == "zone_enter"}
     exits = []
     for e in events:
         if e["type"] == "zone_exit":

@@ -13,11 +13,16 @@ from typing import Annotated
 
 import cv2
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator
 
 from engine.detections import Detections
 from streams.numbers import json_int
 from streams.frames import FrameBlock
+
+
+# a mask's coordinate: the validator below names a point outside the frame in words, and
+# the JSON schema states the same bound, so the OpenAPI document promises what is accepted
+Normalized = Annotated[float, WithJsonSchema({"type": "number", "minimum": 0, "maximum": 1})]
 
 
 class MotionOptions(BaseModel):
@@ -35,7 +40,7 @@ class MotionOptions(BaseModel):
     open_px: json_int(ge=1, le=64) = Field(3, description="morphological opening (removes noise specks)")
     close_px: json_int(ge=1, le=64) = Field(7, description="morphological closing (joins a figure's limbs into "
                                                            "one blob)")
-    masks: list[Annotated[list[Annotated[list[float], Field(min_length=2, max_length=2)]],
+    masks: list[Annotated[list[Annotated[list[Normalized], Field(min_length=2, max_length=2)]],
                           Field(min_length=3, max_length=256)]] = Field(
         default_factory=list, max_length=32, description="motion masks: polygons (points normalized to 0..1) where "
                                                          "motion is ignored")
