@@ -226,10 +226,11 @@ class App:
                                           line=line.name, direction=c.direction, **box(c.track_id)))
         for zone in self.zones:
             entered, exited = zone.update(mine, t_ms)
-            events += [self._event("zone_enter", t_ms, c.track_id, c.class_id, zone=zone.name, entered_ms=round(c.at_ms, 3),
-                                   **box(c.track_id)) for c in entered]
-            events += [self._event("zone_exit", t_ms, c.track_id, c.class_id, zone=zone.name, left_ms=round(c.at_ms, 3),
-                                   dwell_ms=round(c.dwell_ms, 3), **box(c.track_id)) for c in exited]
+            events += [self._event("zone_enter", t_ms, c.track_id, c.class_id, zone=zone.name,
+                                   entered_ms=round(c.at_ms, 3), **box(c.track_id)) for c in entered]
+            events += [self._event("zone_exit", t_ms, c.track_id, c.class_id, zone=zone.name,
+                                   left_ms=round(c.at_ms, 3), dwell_ms=round(c.dwell_ms, 3), **box(c.track_id))
+                       for c in exited]
             if self.spec.loiter_s is not None:
                 events += [self._event("zone_dwell", t_ms, tid, cid, zone=zone.name, dwell_ms=round(stay, 3),
                                        **box(tid))

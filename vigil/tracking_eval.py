@@ -5,8 +5,8 @@ A stay is one object's time in one zone, from the renderer's truth. It is *follo
 when some `zone_exit` of that zone has its track on that object where it entered (the
 `zone_enter`'s box, on the frame that settled it) and where it left (the `zone_exit`'s),
 at IoU >= 0.5 with the truth's box on those frames (the `track_end`'s, for an event said
-when its track ended), and a dwell within 0.5 s of the truth's. A track that slid onto a neighbour, or a stay that two
-tracks cut in two, is not. *Within* is looser: some `zone_exit` of that zone and class
+when its track ended), and a dwell within 0.5 s of the truth's. A track that slid onto
+a neighbour, or a stay that two tracks cut in two, is not. *Within* is looser: some `zone_exit` of that zone and class
 overlaps the stay in time by half and has its dwell within 0.5 s.
 
 The second run hands the apps the truth's boxes of every object it counts as seen
