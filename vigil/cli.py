@@ -391,7 +391,8 @@ def build_parser() -> argparse.ArgumentParser:
                                     "training never used, and latency per frame through the engine. tracking: the "
                                     "share of the truth's stays in the apps' zones that a track followed on the "
                                     "right object with its dwell within 0.5 s, with the apps' detectors and with "
-                                    "the truth's own boxes side by side, on the bundled clips or held-out renders.")
+                                    "the truth's own boxes side by side, on the bundled clips or held-out renders, "
+                                    "and why each other stay was not (split, dwell_off, slid or missed).")
     ev.add_argument("target", choices=["detector", "tracking"])
     ev.add_argument("--version", type=int, help="detector: one version (default: every version in the repository)")
     ev.add_argument("--app", action="append", metavar="APP",

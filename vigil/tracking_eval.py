@@ -6,7 +6,8 @@ when some `zone_exit` of that zone has its track on that object where it entered
 `zone_enter`'s box, on the frame that settled it) and where it left (the `zone_exit`'s),
 at IoU >= 0.5 with the truth's box on those frames (the `track_end`'s, for an event said
 when its track ended), and a dwell within 0.5 s of the truth's. A track that slid onto
-a neighbour, or a stay that two tracks cut in two, is not. *Within* is looser: some `zone_exit` of that zone and class
+a neighbour, or a stay that two tracks cut in two, is not; `stay_outcomes` says which
+of these befell each stay. *Within* is looser: some `zone_exit` of that zone and class
 overlaps the stay in time by half and has its dwell within 0.5 s.
 
 The second run hands the apps the truth's boxes of every object it counts as seen
@@ -96,9 +97,25 @@ def stays_within(events: list[dict], truth: dict, specs: list[AppSpec], within_m
     return hits / max(len(stays), 1)
 
 
-def stays_followed(events: list[dict], truth: dict, specs: list[AppSpec], within_ms: float = WITHIN_MS) -> float:
-    """The share of the counted stays that a zone_exit matches by object (see the module's
-    docstring) with a dwell within `within_ms`."""
+OUTCOMES = ("followed", "dwell_off", "split", "slid", "missed")
+
+
+def stay_outcomes(events: list[dict], truth: dict, specs: list[AppSpec], within_ms: float = WITHIN_MS) -> list[dict]:
+    """What became of each counted stay, in the truth's order. A `zone_exit` of the
+    stay's zone is *on* the stay at an end when its box there (see the module's
+    docstring) fits the object's at IoU >= 0.5. The outcome is the first that holds:
+
+    - `followed`: some zone_exit is on it at both ends with a dwell within `within_ms`;
+    - `split`: two or more zone_exits are on it (at either end): a track switch, or a
+      step out of the zone, cut it in two;
+    - `dwell_off`: one zone_exit is on it at both ends, its dwell further out;
+    - `slid`: one zone_exit is on it at one end only: its track slid onto or off a
+      neighbour, or its box there fits the object loosely;
+    - `missed`: no zone_exit is on it.
+
+    Each is the stay (`app`, `zone`, `object`: the truth's track id, `enter_ms`,
+    `exit_ms`, `dwell_ms`) with its `outcome`, and the `track_id` and `dwell_error_ms`
+    (measured minus true) of the zone_exit nearest to following it, or None."""
     boxes = {round(f["t_ms"]): {o["track_id"]: o["xyxy"] for o in f["objects"]} for f in truth["frames"]}
     ends = {(e["app"], e["track_id"]): e.get("box") for e in events if e["type"] == "track_end"}
     enters = {(e["app"], e["track_id"], e["zone"], round(e["entered_ms"])):
@@ -111,19 +128,36 @@ def stays_followed(events: list[dict], truth: dict, specs: list[AppSpec], within
             seen_ms, entered = enters.get((e["app"], e["track_id"], e["zone"], round(e["left_ms"] - e["dwell_ms"])),
                                           (None, None))
             exits.append((e, seen_ms, entered, e.get("box") or ends.get((e["app"], e["track_id"]))))
-    stays = counted_stays(truth, specs)
-    hits = 0
-    for owner, stay in stays:
+    verdicts = []
+    for owner, stay in counted_stays(truth, specs):
 
-        def on_object(t_ms: float, box: list[float] | None) -> bool:
-            truth_box = boxes.get(round(t_ms), {}).get(stay["track_id"])
+        def on_object(t_ms: float | None, box: list[float] | None) -> bool:
+            truth_box = boxes.get(round(t_ms), {}).get(stay["track_id"]) if t_ms is not None else None
             return box is not None and truth_box is not None and iou(box, truth_box) >= ON_PERSON_IOU
 
-        hits += any((e["app"], e["zone"]) == (owner, stay["zone"])
-                    and abs(e["dwell_ms"] - stay["dwell_ms"]) <= within_ms
-                    and seen_ms is not None and on_object(seen_ms, entered) and on_object(e["t_ms"], left)
-                    for e, seen_ms, entered, left in exits)
-    return hits / max(len(stays), 1)
+        ends_on = [(e, on_object(seen_ms, entered), on_object(e["t_ms"], left))
+                   for e, seen_ms, entered, left in exits if (e["app"], e["zone"]) == (owner, stay["zone"])]
+        both = sorted((e for e, a, b in ends_on if a and b), key=lambda e: abs(e["dwell_ms"] - stay["dwell_ms"]))
+        touching = both or [e for e, a, b in ends_on if a or b]
+        if both and abs(both[0]["dwell_ms"] - stay["dwell_ms"]) <= within_ms:
+            outcome = "followed"
+        elif sum(a or b for _, a, b in ends_on) >= 2:
+            outcome = "split"
+        else:
+            outcome = "dwell_off" if both else "slid" if touching else "missed"
+        nearest = touching[0] if touching else None
+        verdicts.append({"app": owner, "zone": stay["zone"], "object": stay["track_id"],
+                         "enter_ms": stay["enter_ms"], "exit_ms": stay["exit_ms"], "dwell_ms": stay["dwell_ms"],
+                         "outcome": outcome, "track_id": None if nearest is None else nearest["track_id"],
+                         "dwell_error_ms": None if nearest is None else
+                         round(nearest["dwell_ms"] - stay["dwell_ms"], 3)})
+    return verdicts
+
+
+def stays_followed(events: list[dict], truth: dict, specs: list[AppSpec], within_ms: float = WITHIN_MS) -> float:
+    """The share of the counted stays that a zone_exit follows (`stay_outcomes`)."""
+    verdicts = stay_outcomes(events, truth, specs, within_ms)
+    return sum(v["outcome"] == "followed" for v in verdicts) / max(len(verdicts), 1)
 
 
 def truth_boxes(truth: dict) -> dict[int, Detections]:
@@ -176,22 +210,36 @@ def _run_with_detector(clip: Clip, specs: list[AppSpec], out: Path, repository: 
 
 def eval_tracking(specs: list[AppSpec], clips: list[Clip], repository: Path, device: str,
                   log: Callable[[str], None] = print) -> dict:
-    """Per clip and over all: the stays followed and within, with the apps' detectors
-    and with the truth's boxes."""
+    """Per clip and over all: the stays followed and within, and how many of each
+    outcome (`stay_outcomes`), with the apps' detectors and with the truth's boxes;
+    per clip also each stay not followed, with its outcome."""
     rows = []
     with tempfile.TemporaryDirectory(prefix="vigil-eval-") as tmp:
         for clip in clips:
-            row = {"clip": clip.name, "stays": len(counted_stays(clip.truth, specs))}
+            row = {"clip": clip.name, "stays": len(counted_stays(clip.truth, specs)), "not_followed": {}}
             for boxes in ("detector", "truth"):
                 events = _run_with_detector(clip, specs, Path(tmp) / clip.name, repository, device) \
                     if boxes == "detector" else run_on_truth(clip, specs)
-                row[boxes] = {"followed": round(stays_followed(events, clip.truth, specs), 4),
-                              "within": round(stays_within(events, clip.truth, specs), 4)}
-            log(f"{clip.name}: {row['stays']} stays; followed {row['detector']['followed']:.3f} with the detector, "
-                f"{row['truth']['followed']:.3f} with the truth's boxes")
+                verdicts = stay_outcomes(events, clip.truth, specs)
+                followed = sum(v["outcome"] == "followed" for v in verdicts) / max(len(verdicts), 1)
+                row[boxes] = {"followed": round(followed, 4),
+                              "within": round(stays_within(events, clip.truth, specs), 4),
+                              "outcomes": {k: sum(v["outcome"] == k for v in verdicts) for k in OUTCOMES}}
+                row["not_followed"][boxes] = [v for v in verdicts if v["outcome"] != "followed"]
+            log(f"{clip.name}: {row['stays']} stays; followed {row['detector']['followed']:.3f} with the detector"
+                f"{_unfollowed(row['detector'])}, {row['truth']['followed']:.3f} with the truth's boxes"
+                f"{_unfollowed(row['truth'])}")
             rows.append(row)
     stays = sum(r["stays"] for r in rows)
-    overall = {boxes: {k: round(sum(r[boxes][k] * r["stays"] for r in rows) / max(stays, 1), 4)
-                       for k in ("followed", "within")} for boxes in ("detector", "truth")}
+    overall = {boxes: {**{k: round(sum(r[boxes][k] * r["stays"] for r in rows) / max(stays, 1), 4)
+                          for k in ("followed", "within")},
+                       "outcomes": {k: sum(r[boxes]["outcomes"][k] for r in rows) for k in OUTCOMES}}
+               for boxes in ("detector", "truth")}
     return {"apps": [s.name for s in specs], "within_ms": WITHIN_MS, "clips": rows,
             "overall": {"stays": stays, **overall}}
+
+
+def _unfollowed(result: dict) -> str:
+    """" (split 2, missed 1)": the outcomes of the stays not followed, if any."""
+    counts = [f"{k} {n}" for k, n in result["outcomes"].items() if k != "followed" and n]
+    return f" ({', '.join(counts)})" if counts else ""

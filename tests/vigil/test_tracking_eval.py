@@ -10,7 +10,7 @@ import pytest
 
 from apps.spec import load_spec
 from vigil.tracking_eval import (Clip, TRACKED_APPS, bundled_clips, counted_stays, eval_tracking, run_on_truth,
-                                 stays_followed, stays_within, truth_boxes)
+                                 stay_outcomes, stays_followed, stays_within, truth_boxes)
 
 PEOPLE = load_spec("people-counter")
 ZONE = "crosswalk"
@@ -78,6 +78,22 @@ def test_an_exit_unseen_takes_its_box_from_the_track_end():
     assert stays_followed(events, _truth(), [PEOPLE]) == 0.5
 
 
+@pytest.mark.parametrize("events, person_1, person_2", [
+    (_stay(7, ONE, ONE) + _stay(8, TWO, TWO), ("followed", 7, 0.0), ("followed", 8, 0.0)),
+    # a track switch at 3 s: person 1's stay went to tracks 7 and 9
+    (_stay(7, ONE, ONE, exit_ms=3000.0) + _stay(9, ONE, ONE, enter_ms=3000.0), ("split", 7, -2000.0),
+     ("missed", None, None)),
+    (_stay(7, ONE, ONE, exit_ms=4000.0), ("dwell_off", 7, -1000.0), ("missed", None, None)),
+    (_stay(7, ONE, TWO), ("slid", 7, 0.0), ("slid", 7, 0.0)),
+    ([], ("missed", None, None), ("missed", None, None)),
+])
+def test_each_stay_not_followed_says_why(events, person_1, person_2):
+    verdicts = stay_outcomes(events, _truth(), [PEOPLE])
+    assert [(v["object"], v["zone"], v["dwell_ms"]) for v in verdicts] == [(1, ZONE, 4000.0), (2, ZONE, 4000.0)]
+    assert [(v["outcome"], v["track_id"], v["dwell_error_ms"]) for v in verdicts] == [person_1, person_2]
+    assert stays_followed(events, _truth(), [PEOPLE]) == [person_1[0], person_2[0]].count("followed") / 2
+
+
 def test_truth_boxes_are_the_seen_objects_with_the_truths_class_indices():
     boxes = truth_boxes(_truth())
     assert len(boxes[0]) == 3 and boxes[0].class_id.tolist() == [0, 0, 1]
@@ -115,6 +131,11 @@ def test_eval_reports_both_runs_on_a_bundled_clip():
     assert row["stays"] == result["overall"]["stays"] > 0
     assert row["truth"]["followed"] >= 0.95 and row["detector"]["followed"] >= 0.85
     assert row["truth"] == result["overall"]["truth"] and row["detector"] == result["overall"]["detector"]
+    for boxes in ("detector", "truth"):  # each stay has one outcome, and those not followed are listed
+        assert sum(row[boxes]["outcomes"].values()) == row["stays"]
+        unfollowed = row["not_followed"][boxes]
+        assert len(unfollowed) == row["stays"] - row[boxes]["outcomes"]["followed"]
+        assert all(v["outcome"] != "followed" and v["zone"] in load_spec(v["app"]).zones for v in unfollowed)
 
 
 @pytest.mark.slow
