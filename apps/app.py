@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from apps.appearance import colours as box_colours
-from apps.counting import LineCounter, ZoneMonitor
+from apps.counting import LineCounter, ZoneChange, ZoneMonitor
 from apps.events import Event
 from apps.filters import DetectionFilter
 from apps.spec import AppSpec
@@ -65,6 +65,16 @@ def leaving_view(since: list[float], now: list[float], frame_size: tuple[int, in
     dx = (now[0] + now[2] - since[0] - since[2]) / 2
     dy = (now[1] + now[3] - since[1] - since[3]) / 2
     return (left and dx < 0) or (right and dx > 0) or (top and dy < 0) or (bottom and dy > 0)
+
+
+def _entry(change: ZoneChange) -> dict:
+    """A zone_enter's own fields: when the track was first seen inside."""
+    return {"entered_ms": round(change.at_ms, 3)}
+
+
+def _exit(change: ZoneChange) -> dict:
+    """A zone_exit's own fields: when the track was first seen outside, and its stay."""
+    return {"left_ms": round(change.at_ms, 3), "dwell_ms": round(change.dwell_ms, 3)}
 
 
 @dataclass
@@ -227,10 +237,9 @@ class App:
         for zone in self.zones:
             entered, exited = zone.update(mine, t_ms)
             events += [self._event("zone_enter", t_ms, c.track_id, c.class_id, zone=zone.name,
-                                   entered_ms=round(c.at_ms, 3), **box(c.track_id)) for c in entered]
+                                   **_entry(c), **box(c.track_id)) for c in entered]
             events += [self._event("zone_exit", t_ms, c.track_id, c.class_id, zone=zone.name,
-                                   left_ms=round(c.at_ms, 3), dwell_ms=round(c.dwell_ms, 3), **box(c.track_id))
-                       for c in exited]
+                                   **_exit(c), **box(c.track_id)) for c in exited]
             if self.spec.loiter_s is not None:
                 events += [self._event("zone_dwell", t_ms, tid, cid, zone=zone.name, dwell_ms=round(stay, 3),
                                        **box(tid))
@@ -285,10 +294,10 @@ class App:
                 entered, left, total = zone.end_track(tid, state.last_ms)
                 if entered is not None:
                     events.append(self._event("zone_enter", state.last_ms, tid, state.class_id, zone=zone.name,
-                                              entered_ms=round(entered.at_ms, 3)))
+                                              **_entry(entered)))
                 if left is not None:
                     events.append(self._event("zone_exit", state.last_ms, tid, state.class_id, zone=zone.name,
-                                              left_ms=round(left.at_ms, 3), dwell_ms=round(left.dwell_ms, 3)))
+                                              **_exit(left)))
                 if total > 0:
                     dwell[zone.name] = round(total, 3)
             for line in self.lines:
