@@ -73,7 +73,8 @@ def _entry(change: ZoneChange) -> dict:
 
 
 def _exit(change: ZoneChange) -> dict:
-    """A zone_exit's own fields: when the track was first seen outside, and its stay."""
+    """A zone_exit's own fields: when the track was counted out (first seen outside, or
+    last seen, when it ended inside), and its stay."""
     return {"left_ms": round(change.at_ms, 3), "dwell_ms": round(change.dwell_ms, 3)}
 
 

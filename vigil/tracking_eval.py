@@ -6,8 +6,8 @@ when some `zone_exit` of that zone has its track on that object where it entered
 `zone_enter`'s box, on the frame that settled it) and where it left (the `zone_exit`'s),
 at IoU >= 0.5 with the truth's box on those frames (the `track_end`'s, for an event said
 when its track ended), and a dwell within 0.5 s of the truth's. A track that slid onto
-a neighbour, or a stay that two tracks cut in two, is not; `stay_outcomes` says which
-of these befell each stay. *Within* is looser: some `zone_exit` of that zone and class
+a neighbour, or a stay that two tracks cut in two, is not; `stay_outcomes` says why
+each stay was not followed. *Within* is looser: some `zone_exit` of that zone and class
 overlaps the stay in time by half and has its dwell within 0.5 s.
 
 The second run hands the apps the truth's boxes of every object it counts as seen
@@ -97,13 +97,15 @@ def stays_within(events: list[dict], truth: dict, specs: list[AppSpec], within_m
     return hits / max(len(stays), 1)
 
 
-OUTCOMES = ("followed", "dwell_off", "split", "slid", "missed")
+OUTCOMES = ("followed", "split", "dwell_off", "slid", "missed")  # in the order `stay_outcomes` tries them
 
 
 def stay_outcomes(events: list[dict], truth: dict, specs: list[AppSpec], within_ms: float = WITHIN_MS) -> list[dict]:
     """What became of each counted stay, in the truth's order. A `zone_exit` of the
-    stay's zone is *on* the stay at an end when its box there (see the module's
-    docstring) fits the object's at IoU >= 0.5. The outcome is the first that holds:
+    stay's zone whose time there overlaps the stay is *on* it at an end when its box
+    there (see the module's docstring) fits the object's at IoU >= 0.5; the overlap
+    keeps an object's other stay in the same zone out. The outcome is the first that
+    holds:
 
     - `followed`: some zone_exit is on it at both ends with a dwell within `within_ms`;
     - `split`: two or more zone_exits are on it (at either end): a track switch, or a
@@ -115,7 +117,8 @@ def stay_outcomes(events: list[dict], truth: dict, specs: list[AppSpec], within_
 
     Each is the stay (`app`, `zone`, `object`: the truth's track id, `enter_ms`,
     `exit_ms`, `dwell_ms`) with its `outcome`, and the `track_id` and `dwell_error_ms`
-    (measured minus true) of the zone_exit nearest to following it, or None."""
+    (measured minus true) of the zone_exit nearest to following it (on it at both
+    ends, else at one; of those the one with the least error), or None."""
     boxes = {round(f["t_ms"]): {o["track_id"]: o["xyxy"] for o in f["objects"]} for f in truth["frames"]}
     ends = {(e["app"], e["track_id"]): e.get("box") for e in events if e["type"] == "track_end"}
     enters = {(e["app"], e["track_id"], e["zone"], round(e["entered_ms"])):
@@ -132,13 +135,20 @@ def stay_outcomes(events: list[dict], truth: dict, specs: list[AppSpec], within_
     for owner, stay in counted_stays(truth, specs):
 
         def on_object(t_ms: float | None, box: list[float] | None) -> bool:
-            truth_box = boxes.get(round(t_ms), {}).get(stay["track_id"]) if t_ms is not None else None
-            return box is not None and truth_box is not None and iou(box, truth_box) >= ON_PERSON_IOU
+            if box is None or t_ms is None:
+                return False
+            truth_box = boxes.get(round(t_ms), {}).get(stay["track_id"])
+            return truth_box is not None and iou(box, truth_box) >= ON_PERSON_IOU
+
+        def error(e: dict) -> float:
+            return abs(e["dwell_ms"] - stay["dwell_ms"])
 
         ends_on = [(e, on_object(seen_ms, entered), on_object(e["t_ms"], left))
-                   for e, seen_ms, entered, left in exits if (e["app"], e["zone"]) == (owner, stay["zone"])]
-        both = sorted((e for e, a, b in ends_on if a and b), key=lambda e: abs(e["dwell_ms"] - stay["dwell_ms"]))
-        touching = both or [e for e, a, b in ends_on if a or b]
+                   for e, seen_ms, entered, left in exits
+                   if (e["app"], e["zone"]) == (owner, stay["zone"])
+                   and e["left_ms"] - e["dwell_ms"] <= stay["exit_ms"] and e["left_ms"] >= stay["enter_ms"]]
+        both = sorted((e for e, a, b in ends_on if a and b), key=error)
+        touching = both or sorted((e for e, a, b in ends_on if a or b), key=error)
         if both and abs(both[0]["dwell_ms"] - stay["dwell_ms"]) <= within_ms:
             outcome = "followed"
         elif sum(a or b for _, a, b in ends_on) >= 2:
@@ -221,10 +231,9 @@ def eval_tracking(specs: list[AppSpec], clips: list[Clip], repository: Path, dev
                 events = _run_with_detector(clip, specs, Path(tmp) / clip.name, repository, device) \
                     if boxes == "detector" else run_on_truth(clip, specs)
                 verdicts = stay_outcomes(events, clip.truth, specs)
-                followed = sum(v["outcome"] == "followed" for v in verdicts) / max(len(verdicts), 1)
-                row[boxes] = {"followed": round(followed, 4),
-                              "within": round(stays_within(events, clip.truth, specs), 4),
-                              "outcomes": {k: sum(v["outcome"] == k for v in verdicts) for k in OUTCOMES}}
+                outcomes = {k: sum(v["outcome"] == k for v in verdicts) for k in OUTCOMES}
+                row[boxes] = {"followed": round(outcomes["followed"] / max(len(verdicts), 1), 4),
+                              "within": round(stays_within(events, clip.truth, specs), 4), "outcomes": outcomes}
                 row["not_followed"][boxes] = [v for v in verdicts if v["outcome"] != "followed"]
             log(f"{clip.name}: {row['stays']} stays; followed {row['detector']['followed']:.3f} with the detector"
                 f"{_unfollowed(row['detector'])}, {row['truth']['followed']:.3f} with the truth's boxes"
@@ -240,6 +249,6 @@ def eval_tracking(specs: list[AppSpec], clips: list[Clip], repository: Path, dev
 
 
 def _unfollowed(result: dict) -> str:
-    """" (split 2, missed 1)": the outcomes of the stays not followed, if any."""
+    """The outcomes of the stays not followed, if any, as " (split 2, missed 1)"."""
     counts = [f"{k} {n}" for k, n in result["outcomes"].items() if k != "followed" and n]
     return f" ({', '.join(counts)})" if counts else ""

@@ -83,7 +83,15 @@ def test_an_exit_unseen_takes_its_box_from_the_track_end():
     # a track switch at 3 s: person 1's stay went to tracks 7 and 9
     (_stay(7, ONE, ONE, exit_ms=3000.0) + _stay(9, ONE, ONE, enter_ms=3000.0), ("split", 7, -2000.0),
      ("missed", None, None)),
+    # track 9 took over person 1 from person 2: it counts for both
+    (_stay(7, ONE, ONE, exit_ms=3000.0) + _stay(9, TWO, ONE, enter_ms=3000.0), ("split", 7, -2000.0),
+     ("slid", 9, -2000.0)),
     (_stay(7, ONE, ONE, exit_ms=4000.0), ("dwell_off", 7, -1000.0), ("missed", None, None)),
+    # a zone_exit on person 1 after the stay is not part of it
+    (_stay(7, ONE, ONE, exit_ms=4000.0) + _stay(5, ONE, ONE, enter_ms=6000.0, exit_ms=6000.0),
+     ("dwell_off", 7, -1000.0), ("missed", None, None)),
+    # a stay cut short does not hide one that follows it
+    (_stay(9, ONE, ONE, exit_ms=2000.0) + _stay(7, ONE, ONE), ("followed", 7, 0.0), ("missed", None, None)),
     (_stay(7, ONE, TWO), ("slid", 7, 0.0), ("slid", 7, 0.0)),
     ([], ("missed", None, None), ("missed", None, None)),
 ])
