@@ -113,7 +113,7 @@ class App:
         self.keeper = StationaryKeeper(spec.stationary_s, parked_for_s(spec.stationary_s))
         scale = np.array(self.frame_size, np.float64)
         fps = min(spec.fps, self.stream_fps) if spec.fps else self.stream_fps
-        self.tracker = Tracker(spec.tracker, fps=fps)
+        self.tracker = Tracker(spec.tracker, fps=fps, frame_size=self.frame_size)
         self.lines = [LineCounter(name, np.array(a) * scale, np.array(b) * scale)
                       for name, (a, b) in spec.lines.items()]
         self.zones = [ZoneMonitor(name, np.array(poly, np.float64) * scale, spec.zone_inertia)

@@ -3,7 +3,9 @@ boxes overlap: the mean colour of the middle of each box (a person's torso, a ca
 body), where the background shows least.
 
 A box whose middle is partly covered by another box is not clear: its colour may be
-the one in front's, so the tracker trusts it less and does not learn from it. Which
+the one in front's, so the tracker trusts it less and does not learn from it. Nor is a
+box the frame's border may cut: its middle is the middle of the part in view, another
+part of the object from one frame to the next as it comes in or goes out. Which
 of two overlapping boxes is in front comes from the ground: the one whose bottom edge
 is higher in the picture stands farther from the camera, and of two standing level
 either may be. The colours need the frame's pixels; whether a box is clear needs only
@@ -24,6 +26,7 @@ _X = (1 / 3, 2 / 3)
 _Y = (0.2, 0.5)
 LEVEL = 2.0  # boxes whose bottoms are this close (pixels) may be either in front of the other
 OVERLAP = 0.1  # a box whose middle shares more of its area than this with a box in front is not clear
+EDGE_PX = 4.0  # a box this close to the frame's border may be cut by it (a detector's box is a few pixels out)
 
 
 class Looks(NamedTuple):
@@ -31,8 +34,17 @@ class Looks(NamedTuple):
     clear: np.ndarray  # (N,) bool: no box in front of its middle
 
 
-def looks(colour: np.ndarray, xyxy: np.ndarray) -> Looks:
-    return Looks(colour, ~behind(xyxy))
+def looks(colour: np.ndarray, xyxy: np.ndarray, frame_size: tuple[int, int] | None = None) -> Looks:
+    """`frame_size` (width, height): boxes it may cut are not clear either."""
+    clear = ~behind(xyxy)
+    return Looks(colour, clear if frame_size is None else clear & ~cut(xyxy, frame_size))
+
+
+def cut(xyxy: np.ndarray, frame_size: tuple[int, int]) -> np.ndarray:
+    """(N,) bool: boxes within EDGE_PX of a border of a frame of `frame_size` (width, height)."""
+    b = np.asarray(xyxy, np.float64).reshape(-1, 4)
+    w, h = frame_size
+    return (b[:, 0] <= EDGE_PX) | (b[:, 1] <= EDGE_PX) | (b[:, 2] >= w - EDGE_PX) | (b[:, 3] >= h - EDGE_PX)
 
 
 def colours(frame: np.ndarray, xyxy: np.ndarray) -> np.ndarray:

@@ -22,7 +22,7 @@ a zone runs on with someone else's.
   whose colours differ by more than the gate is not matched, and in the first
   association the likeness of colours is added to the cost, as Deep OC-SORT adds its
   embeddings'. A track's colour is a running mean over its clear boxes (none in front
-  of them), and it keeps its last few as they were, since a walking person's middle
+  of them, none the frame's border may cut), and it keeps its last few as they were, since a walking person's middle
   shows more or less background from one stride to the next: a box's distance to a
   track is to the nearest of these. A box behind another may show some of the one in
   front, so its distance counts for a quarter.

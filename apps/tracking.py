@@ -61,10 +61,13 @@ def _build(options: TrackerOptions, fps: float) -> OCSort | _ByteTrack:
 
 
 class Tracker:
-    def __init__(self, options: TrackerOptions, fps: float) -> None:
+    def __init__(self, options: TrackerOptions, fps: float, frame_size: tuple[int, int] | None = None) -> None:
+        """`frame_size` (width, height): with it, matching by colour trusts boxes at the
+        frame's border less (`apps/appearance.py`)."""
         if fps <= 0:
             raise ValueError(f"fps must be > 0; was {fps}")
         self._tracker = _build(options, fps)
+        self.frame_size = frame_size
         self.by_colour = options.appearance is not None
         self._votes: dict[int, Counter] = {}
 
@@ -78,7 +81,7 @@ class Tracker:
                 raise ValueError(f"tracker.appearance matches by colour: update needs a colour for each of the "
                                  f"{len(detections)} boxes; was {None if colour is None else len(colour)}")
             index, tracker_id = self._tracker.update(detections.xyxy, detections.confidence, t_ms / 1000.0,
-                                                     looks(colour, detections.xyxy))
+                                                     looks(colour, detections.xyxy, self.frame_size))
         else:
             index, tracker_id = self._tracker.update(detections.xyxy, detections.confidence, t_ms / 1000.0)
         confirmed = tracker_id >= 0

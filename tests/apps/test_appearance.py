@@ -4,7 +4,7 @@ likeness): on painted frames, where the boxes' places alone would join the wrong
 import numpy as np
 import pytest
 
-from apps.appearance import behind, colours
+from apps.appearance import behind, colours, cut, looks
 from apps.spec import AppearanceOptions, TrackerOptions
 from apps.tracking import Tracker
 from factories import make_detections
@@ -43,9 +43,34 @@ def test_a_box_is_behind_another_that_covers_its_middle_and_stands_nearer_the_ca
     assert behind(boxes[:1]).tolist() == [False]
 
 
-def _tracker(appearance: dict | None) -> Tracker:
+def test_boxes_the_frames_border_may_cut_are_not_clear():
+    boxes = np.array([[0, 20, 10, 60], [4, 20, 14, 60], [5, 20, 15, 60], [180, 20, 196, 60], [180, 20, 195, 60],
+                      [50, 50, 60, 96], [50, 4, 60, 40], [50, 10, 60, 90]], np.float64)
+    assert cut(boxes, (200, 100)).tolist() == [True, True, False, True, False, True, True, False]
+    colour = np.zeros((len(boxes), 3), np.float32)
+    assert looks(colour, boxes).clear.tolist() == (~behind(boxes)).tolist()  # with no frame size, as before
+    assert looks(colour, boxes, (200, 100)).clear.tolist() == (~behind(boxes) & ~cut(boxes, (200, 100))).tolist()
+    assert cut(boxes, (200, 100)).any() and (~behind(boxes) & cut(boxes, (200, 100))).any()
+
+
+@pytest.mark.parametrize("frame_size, kept", [((200, 100), True), (None, False)])
+def test_a_track_coming_in_at_the_border_learns_its_colour_once_it_is_in(frame_size, kept):
+    """Half a second of a person cut by the frame's left border, where the middle of the
+    part in view is their green bag; then the whole person, whose middle is red. Given
+    the frame's size the track learned nothing from the cut boxes and goes on; without
+    it the track is green, red is past the gate, and a new track starts."""
+    tracker = _tracker({}, frame_size)
+    cut_box, whole = [0.0, 20.0, 10.0, 60.0], [5.0, 20.0, 17.0, 60.0]
+    for i in range(5):
+        coming = _update(tracker, [cut_box], i * 100.0, (cut_box, (30, 200, 30)))
+    for t_ms in (500.0, 600.0):
+        inside = _update(tracker, [whole], t_ms, (whole, RED))
+    assert (inside.tracker_id.tolist() == coming.tracker_id.tolist()) is kept
+
+
+def _tracker(appearance: dict | None, frame_size: tuple[int, int] | None = None) -> Tracker:
     options = TrackerOptions(min_hits=1, appearance=None if appearance is None else AppearanceOptions(**appearance))
-    return Tracker(options, fps=10.0)
+    return Tracker(options, fps=10.0, frame_size=frame_size)
 
 
 def _update(tracker: Tracker, boxes: list[list[float]], t_ms: float, *figures):
