@@ -22,10 +22,11 @@ a zone runs on with someone else's.
   whose colours differ by more than the gate is not matched, and in the first
   association the likeness of colours is added to the cost, as Deep OC-SORT adds its
   embeddings'. A track's colour is a running mean over its clear boxes (none in front
-  of them, none the frame's border may cut), and it keeps its last few as they were, since a walking person's middle
-  shows more or less background from one stride to the next: a box's distance to a
-  track is to the nearest of these. A box behind another may show some of the one in
-  front, so its distance counts for a quarter.
+  of them, none the frame's border may cut), and it keeps its last few as they were,
+  since a walking person's middle shows more or less background from one stride to the
+  next: a box's distance to a track is to the nearest of these. A box that is not clear
+  may show some of the one in front, or another part of a person coming into view, so
+  its distance counts for a quarter, and a track begun from one starts with no colour.
 - `height_iou`: Hybrid-SORT's height-modulated IoU, the boxes' IoU times the overlap
   of their vertical extents. People at different depths overlap on screen but stand
   at different heights in it.
@@ -55,7 +56,7 @@ NOMINAL_FRAMES = 0.1  # the band for ORU's replayed steps, which carry no frame 
 _IOU = IoU()  # the reference's: it refuses boxes that are not finite
 LOOK_MEMORY = 0.9  # a track's colour keeps this share of itself at each clear match
 RECENT_LOOKS = 10  # and it keeps this many of its last clear boxes' colours as they were
-BEHIND_WEIGHT = 0.25  # the share of its colour distance that counts for a box behind another
+BEHIND_WEIGHT = 0.25  # the share of its colour distance that counts for a box that is not clear
 NO_LOOK = 0.5  # the likeness of a pair with no colour to compare
 
 

@@ -10,7 +10,8 @@ time whatever the app's sampled rate and however many frames were skipped or dro
 OC-SORT is the default: on the street clips its line counts come closer to the ground
 truth than ByteTrack's. As in its paper, every track of its first `min_hits` frames is
 confirmed at once. With `appearance` it also matches by colour, so it needs each
-box's colour (`apps/appearance.py`).
+box's colour (`apps/appearance.py`), and the frame's size, to tell which boxes the
+border may cut.
 
 Both trackers answer with (detection index, track id) pairs; only ByteTrack's adapter
 sees supervision's `Detections`, and the arrays pass through as they are (no copies).
@@ -62,8 +63,9 @@ def _build(options: TrackerOptions, fps: float) -> OCSort | _ByteTrack:
 
 class Tracker:
     def __init__(self, options: TrackerOptions, fps: float, frame_size: tuple[int, int] | None = None) -> None:
-        """`frame_size` (width, height): with it, matching by colour trusts boxes at the
-        frame's border less (`apps/appearance.py`)."""
+        """`frame_size` (width, height): with it, matching by colour learns nothing from
+        boxes the frame's border may cut and trusts their colour less; a track begun
+        from one has no colour until a clear box (`apps/appearance.py`)."""
         if fps <= 0:
             raise ValueError(f"fps must be > 0; was {fps}")
         self._tracker = _build(options, fps)

@@ -104,3 +104,7 @@ def test_a_classifier_app_chooses_among_its_classes():
     events, results = app.observe(block, [make_detections([], [])], [Classes(np.array([0.7, 0.1, 0.2]))])
     assert results[0].classes == [("bike", pytest.approx(0.2)), ("car", pytest.approx(0.1))]
     assert [e.cls for e in events] == ["bike"]
+
+
+def test_the_tracker_is_told_the_frames_size_to_tell_which_boxes_its_border_may_cut():
+    assert make_app(tracker={"min_hits": 2, "appearance": {}}).tracker.frame_size == (200, 100)

@@ -44,13 +44,16 @@ def test_a_box_is_behind_another_that_covers_its_middle_and_stands_nearer_the_ca
 
 
 def test_boxes_the_frames_border_may_cut_are_not_clear():
-    boxes = np.array([[0, 20, 10, 60], [4, 20, 14, 60], [5, 20, 15, 60], [180, 20, 196, 60], [180, 20, 195, 60],
-                      [50, 50, 60, 96], [50, 4, 60, 40], [50, 10, 60, 90]], np.float64)
-    assert cut(boxes, (200, 100)).tolist() == [True, True, False, True, False, True, True, False]
+    # apart from one another (none behind another): within 4 px of the left, bottom, top
+    # and right borders, and 5 px or more from them
+    boxes = np.array([[4, 20, 10, 60], [20, 20, 30, 60], [40, 50, 50, 96], [60, 4, 70, 40], [80, 10, 90, 90],
+                      [175, 20, 185, 60], [186, 20, 196, 60], [120, 5, 130, 50], [140, 20, 150, 95]], np.float64)
+    assert cut(boxes, (200, 100)).tolist() == [True, False, True, True, False, False, True, False, False]
     colour = np.zeros((len(boxes), 3), np.float32)
-    assert looks(colour, boxes).clear.tolist() == (~behind(boxes)).tolist()  # with no frame size, as before
-    assert looks(colour, boxes, (200, 100)).clear.tolist() == (~behind(boxes) & ~cut(boxes, (200, 100))).tolist()
-    assert cut(boxes, (200, 100)).any() and (~behind(boxes) & cut(boxes, (200, 100))).any()
+    assert looks(colour, boxes).clear.all()  # with no frame size, as before
+    assert looks(colour, boxes, (200, 100)).clear.tolist() == [False, True, False, False, True, True, False, True,
+                                                              True]
+    assert cut(boxes, (100, 200)).tolist() != cut(boxes, (200, 100)).tolist()  # (width, height)
 
 
 @pytest.mark.parametrize("frame_size, kept", [((200, 100), True), (None, False)])
