@@ -5,12 +5,12 @@ body), where the background shows least.
 A box whose middle is partly covered by another box is not clear: its colour may be
 the one in front's, so the tracker trusts it less and does not learn from it. Nor is a
 box the frame's border may cut: its middle is the middle of the part in view, another
-part of the object from one frame to the next as it comes in or goes out. Which
-of two overlapping boxes is in front comes from the ground: the one whose bottom edge
-is higher in the picture stands farther from the camera, and of two standing level
-either may be. The colours need the frame's pixels; whether a box is clear needs only
-the boxes and the frame's size, so an app whose frames are elsewhere (an app actor of `vigil serve
---cluster`) is sent just the colours.
+part of the object from one frame to the next as it comes in or goes out. Which of
+two overlapping boxes is in front comes from the ground: the one whose bottom edge is
+higher in the picture stands farther from the camera, and of two standing level either
+may be. The colours need the frame's pixels; whether a box is clear needs only the
+boxes and the frame's size, so an app whose frames are elsewhere (an app actor of
+`vigil serve --cluster`) is sent just the colours.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ EDGE_PX = 4.0
 
 class Looks(NamedTuple):
     colour: np.ndarray  # (N, 3) float32 mean RGB; NaN for a box with no pixels in its middle
-    clear: np.ndarray  # (N,) bool: no box in front of its middle
+    clear: np.ndarray  # (N,) bool: no box in front of its middle and, given a frame size, not cut by its border
 
 
 def looks(colour: np.ndarray, xyxy: np.ndarray, frame_size: tuple[int, int] | None = None) -> Looks:

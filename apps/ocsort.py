@@ -56,7 +56,7 @@ NOMINAL_FRAMES = 0.1  # the band for ORU's replayed steps, which carry no frame 
 _IOU = IoU()  # the reference's: it refuses boxes that are not finite
 LOOK_MEMORY = 0.9  # a track's colour keeps this share of itself at each clear match
 RECENT_LOOKS = 10  # and it keeps this many of its last clear boxes' colours as they were
-BEHIND_WEIGHT = 0.25  # the share of its colour distance that counts for a box that is not clear
+UNCLEAR_WEIGHT = 0.25  # the share of its colour distance that counts for a box that is not clear
 NO_LOOK = 0.5  # the likeness of a pair with no colour to compare
 
 
@@ -342,7 +342,7 @@ class OCSort:
         that is not clear; NaN where either has none."""
         mine = np.array([self.tracks[t].looks for t in tracks], np.float32).reshape(-1, 1 + RECENT_LOOKS, 3)
         distance = np.fmin.reduce(np.linalg.norm(mine[:, :, None, :] - colour[None, None, :, :], axis=3), axis=1)
-        return np.where(clear[None, :], distance, BEHIND_WEIGHT * distance)
+        return np.where(clear[None, :], distance, UNCLEAR_WEIGHT * distance)
 
     def _gated(self, iou: np.ndarray, distance: np.ndarray) -> np.ndarray:
         """`iou` with 0 for the pairs whose colours differ by more than the gate: a box

@@ -149,7 +149,7 @@ def stay_outcomes(events: list[dict], truth: dict, specs: list[AppSpec], within_
                    and e["left_ms"] - e["dwell_ms"] <= stay["exit_ms"] and e["left_ms"] >= stay["enter_ms"]]
         both = sorted((e for e, a, b in ends_on if a and b), key=error)
         touching = both or sorted((e for e, a, b in ends_on if a or b), key=error)
-        if both and abs(both[0]["dwell_ms"] - stay["dwell_ms"]) <= within_ms:
+        if both and error(both[0]) <= within_ms:
             outcome = "followed"
         elif sum(a or b for _, a, b in ends_on) >= 2:
             outcome = "split"
@@ -240,10 +240,13 @@ def eval_tracking(specs: list[AppSpec], clips: list[Clip], repository: Path, dev
                 f"{_unfollowed(row['truth'])}")
             rows.append(row)
     stays = sum(r["stays"] for r in rows)
-    overall = {boxes: {**{k: round(sum(r[boxes][k] * r["stays"] for r in rows) / max(stays, 1), 4)
-                          for k in ("followed", "within")},
-                       "outcomes": {k: sum(r[boxes]["outcomes"][k] for r in rows) for k in OUTCOMES}}
-               for boxes in ("detector", "truth")}
+    overall = {}
+    for boxes in ("detector", "truth"):
+        outcomes = {k: sum(r[boxes]["outcomes"][k] for r in rows) for k in OUTCOMES}
+        # within is a share per clip only, so over all it is weighted by the clips' stays
+        overall[boxes] = {"followed": round(outcomes["followed"] / max(stays, 1), 4),
+                          "within": round(sum(r[boxes]["within"] * r["stays"] for r in rows) / max(stays, 1), 4),
+                          "outcomes": outcomes}
     return {"apps": [s.name for s in specs], "within_ms": WITHIN_MS, "clips": rows,
             "overall": {"stays": stays, **overall}}
 
