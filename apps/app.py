@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from apps.appearance import colours as box_colours
+from apps.border import learn_size, leaving_view, touching, whole_box
 from apps.counting import LineCounter, ZoneChange, ZoneMonitor
 from apps.events import Event
 from apps.filters import DetectionFilter
@@ -44,27 +45,7 @@ class TrackState:
     box: list[float] | None = None  # where it was last seen, xyxy pixels
     leaving: bool = False  # last seen on the frame's border, moving out across it
     border_box: list[float] | None = None  # its first box at the borders it touches now (see leaving_view)
-
-
-EDGE_SHARE = 0.01  # a box this close to the frame's border (of its width or height) touches it
-
-
-def _touching(box: list[float], frame_size: tuple[int, int]) -> tuple[bool, bool, bool, bool]:
-    """Whether `box` (xyxy) touches the left, top, right and bottom borders."""
-    width, height = frame_size
-    mx, my = EDGE_SHARE * width, EDGE_SHARE * height
-    return box[0] <= mx, box[1] <= my, box[2] >= width - mx, box[3] >= height - my
-
-
-def leaving_view(since: list[float], now: list[float], frame_size: tuple[int, int]) -> bool:
-    """A box (xyxy) that touches a border of the frame and whose centre moved toward it
-    since `since`: the box it had when it began to touch that border (or the one before
-    it, on its first frame there). One frame is not enough: a box cut by the border is
-    the visible part of its object, and its centre jitters as a walker's arms swing."""
-    left, top, right, bottom = _touching(now, frame_size)
-    dx = (now[0] + now[2] - since[0] - since[2]) / 2
-    dy = (now[1] + now[3] - since[1] - since[3]) / 2
-    return (left and dx < 0) or (right and dx > 0) or (top and dy < 0) or (bottom and dy > 0)
+    size: list[float | None] = field(default_factory=lambda: [None, None])  # (width, height) clear of the border
 
 
 def _entry(change: ZoneChange) -> dict:
@@ -217,6 +198,7 @@ class App:
                 state = self.tracks[tid] = TrackState(cid, t_ms, t_ms)
             box = [round(float(v), 1) for v in xyxy]
             self._follow_border(state, box)
+            learn_size(state.size, box, self.frame_size)
             state.class_id, state.last_ms, state.box = cid, t_ms, box
             self.keeper.seen(tid, state.box, t_ms)
             if not state.started and cid in self._wanted:
@@ -224,19 +206,20 @@ class App:
                 self.num_tracks += 1
                 events.append(self._event("track_start", t_ms, tid, cid, box=state.box))
         mine = tracked[np.isin(tracked.class_id, self._wanted)]
+        placed = self._whole(mine)  # where they stand, for lines and zones
 
         def box(tid: int) -> dict:  # where the track is on this frame (an exit may be of a track not seen)
             state = self.tracks.get(tid)
             return {"box": state.box} if state is not None and state.last_ms == t_ms else {}
 
-        moving = mine[np.array([not self.keeper.stationary(int(t), t_ms) for t in mine.tracker_id], bool)] \
-            if self.keeper.stationary_s is not None else mine
+        moving = placed[np.array([not self.keeper.stationary(int(t), t_ms) for t in placed.tracker_id], bool)] \
+            if self.keeper.stationary_s is not None else placed
         for line in self.lines:
             for c in line.update(moving):
                 events.append(self._event("line_cross", t_ms, c.track_id, c.class_id,
                                           line=line.name, direction=c.direction, **box(c.track_id)))
         for zone in self.zones:
-            entered, exited = zone.update(mine, t_ms)
+            entered, exited = zone.update(placed, t_ms)
             events += [self._event("zone_enter", t_ms, c.track_id, c.class_id, zone=zone.name,
                                    **_entry(c), **box(c.track_id)) for c in entered]
             events += [self._event("zone_exit", t_ms, c.track_id, c.class_id, zone=zone.name,
@@ -250,15 +233,23 @@ class App:
         return events
 
     def _follow_border(self, state: TrackState, box: list[float]) -> None:
-        touching = _touching(box, self.frame_size)
-        if not any(touching):
+        borders = touching(box, self.frame_size)
+        if not any(borders):
             state.border_box, state.leaving = None, False
             return
-        if state.border_box is None or _touching(state.border_box, self.frame_size) != touching:
+        if state.border_box is None or touching(state.border_box, self.frame_size) != borders:
             # on its first frame at these borders: the box before; from the next on, the
             # first box at them, which then touches them too and is kept
             state.border_box = state.box or box
         state.leaving = leaving_view(state.border_box, box, self.frame_size)
+
+    def _whole(self, tracked: Detections) -> Detections:
+        """`tracked` with each box the border cuts made whole (`whole_box`)."""
+        if not len(tracked):
+            return tracked
+        xyxy = np.array([whole_box([float(v) for v in b], self.tracks[int(t)].size, self.frame_size)
+                         for t, b in zip(tracked.tracker_id, tracked.xyxy)], dtype=tracked.xyxy.dtype)
+        return Detections(xyxy, tracked.confidence, tracked.class_id, tracked.tracker_id)
 
     def _same_objects(self, tracked: Detections) -> Detections:
         """The tracker's ids as the app's: a new track on a parked object's box is that

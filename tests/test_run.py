@@ -99,18 +99,20 @@ def test_line_counts_match_truth_on_bundled_clips(clip, tmp_path):
     summary = run_counts(clip, tmp_path)
     assert summary["error"] is None
     assert count_errors(summary, load_truth(clip), 0.05) == []
-    assert dwell_errors(tmp_path, load_truth(clip), 0.12) == []  # 0.92..1.03 of the truth when measured
-    # 1.0 (street_b), 0.947 (street_c) and 1.0 (street_a) when measured; by person,
-    # 0.957, 0.893 and 1.0 (0.964 for street_a before boxes at the border stopped
-    # teaching colour; 0.936, 0.84 and 0.964 with zone_inertia 1): the misses are
-    # two people side by side seen as one, a crowd at the kerb whose tracks break, and
-    # stays a track switch cut in two
+    # 0.987..1.022 of the truth where it is over a second, when measured (0.958..1.027
+    # keeping a hidden track 1.5 s)
+    assert dwell_errors(tmp_path, load_truth(clip), 0.12) == []
+    # 1.0 (street_b), 0.96 (street_c) and 1.0 (street_a) when measured; by person,
+    # 0.979, 0.893 and 1.0 (0.957 for street_b keeping a hidden track 1.5 s; 0.964 for
+    # street_a before boxes at the border stopped teaching colour; 0.936, 0.84 and 0.964
+    # with zone_inertia 1): the misses are two people side by side seen as one, a crowd
+    # at the kerb whose tracks break, and stays a track switch cut in two
     truth, events, specs = load_truth(clip), read_events(tmp_path), [load_spec(n) for n in TRACKED_APPS]
     assert stays_within(events, truth, specs) >= 0.9
     assert stays_followed(events, truth, specs) >= 0.85
-    # 0.94 (street_b), 1.0 (street_c) and 1.0 (street_a) of the long stays got their
-    # zone_dwell, with at most one event matching none, when measured: the misses are a
-    # track that took over another person's, and two people side by side seen as one
+    # every long stay got its zone_dwell on each clip, with one event matching none on
+    # street_c, when measured (0.94 on street_b keeping a hidden track 1.5 s, where a
+    # track took over another person's)
     found, missed, extra = loiter_errors(tmp_path, load_truth(clip))
     assert found >= 0.85 and len(extra) <= 1, (missed, extra)
 
@@ -138,9 +140,8 @@ def test_line_counts_match_truth_on_other_seeds(seed, tmp_path):
     truth = write_clip(RenderConfig(seed=seed, duration_s=20.0), clip)
     summary = run_counts(clip, tmp_path / "out")
     assert count_errors(summary, truth, 0.05) == []
-    # 0.79..1.03 of the truth when measured: on seed 4242 a person beside another at the
-    # crosswalk goes unseen for 4 of her 5 s there
-    assert dwell_errors(tmp_path / "out", truth, 0.25) == []
+    # 0.99..1.033 of the truth where it is over a second, when measured
+    assert dwell_errors(tmp_path / "out", truth, 0.12) == []
 
 
 def test_outputs_are_written_and_consistent(short_clip, tmp_path):

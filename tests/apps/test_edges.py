@@ -1,13 +1,18 @@
 """A track that goes out across the frame's border has left the view: whoever comes in
-there next is someone else, however soon they come."""
+there next is someone else, however soon they come. A box the border cuts is made
+whole for lines and zones, so a walker leaving by the side leaves a zone when half of
+them has."""
 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
-from apps.app import leaving_view
-from factories import make_block, make_detections
+from apps.app import App
+from apps.border import learn_size, leaving_view, whole_box
+from factories import box_at, make_block, make_detections
 from test_app import feed, make_app
+from test_dwell import SIZE, dwell_app
 
 
 def test_someone_who_comes_in_where_another_went_out_gets_a_track_of_their_own():
@@ -50,3 +55,49 @@ def test_a_box_cut_by_the_border_leaves_even_when_its_last_step_goes_back_in():
     first_end = next(e for e in events if e.type == "track_end")
     assert first_end.track_id == starts[0].track_id and first_end.t_ms == 700.0  # its last frame
     assert leaving_view(walking[-1], out[-1], (200, 100)) and not leaving_view(out[-2], out[-1], (200, 100))
+
+
+def walk_out_left(app: App, width: float = 20.0):
+    """A person `width` px wide walks left at 4 px a frame, from x=60 out across the left
+    border; the boxes end at the border, as a detector's do, until 2 px are left. Returns
+    its events and how many frames it was seen on."""
+    events, k = [], 0
+    while (centre := 60.0 - 4 * k) + width / 2 >= 2.0:
+        box = box_at(centre, 50, w=width)
+        box[0] = max(box[0], 0.0)
+        e, _ = app.observe(make_block(num_frames=1, fps=10.0, start=k, size=SIZE), [make_detections([box])])
+        events += e
+        k += 1
+    for j in range(k, k + 3):  # then it is gone
+        events += app.observe(make_block(num_frames=1, fps=10.0, start=j, size=SIZE), [make_detections([])])[0]
+    return events, k
+
+
+def test_a_walker_leaving_by_the_side_is_out_of_the_zone_when_half_of_them_is():
+    # `left` reaches the border, so the box cut by it always has its foot inside; the
+    # track knows its width (20 px) from before, and its whole box is out when its
+    # centre passes x=0: on frame 15 (60 - 4 * 15 = 0 is on the border; 16 is past it)
+    events, frames = walk_out_left(dwell_app())
+    exit_ = next(e for e in events if e.type == "zone_exit")
+    assert exit_.data["left_ms"] == pytest.approx(1600.0)
+    assert frames == 18  # seen until x=-8, two frames later, as a sliver
+
+
+@pytest.mark.parametrize("box, size, whole", [
+    ([0, 10, 8, 30], [20.0, 20.0], [-12, 10, 8, 30]),  # cut at the left: widened leftward to 20
+    ([190, 10, 200, 30], [20.0, 20.0], [190, 10, 210, 30]),  # at the right
+    ([50, 90, 60, 100], [10.0, 30.0], [50, 90, 60, 120]),  # at the bottom: the foot is below the frame
+    ([0, 10, 8, 30], [None, 20.0], [0, 10, 8, 30]),  # no width learned yet: as it is
+    ([0, 10, 25, 30], [20.0, 20.0], [0, 10, 25, 30]),  # wider than learned already
+    ([0, 10, 200, 30], [20.0, 20.0], [0, 10, 200, 30]),  # at both sides: nothing to tell which is cut
+])
+def test_whole_box_widens_a_box_past_the_borders_it_touches(box, size, whole):
+    assert whole_box([float(v) for v in box], size, SIZE) == whole
+
+
+def test_learn_size_learns_each_axis_only_from_boxes_the_border_does_not_cut():
+    size = [None, None]
+    learn_size(size, [50.0, 10.0, 70.0, 30.0], SIZE)
+    assert size == [20.0, 20.0]
+    learn_size(size, [0.0, 10.0, 5.0, 40.0], SIZE)  # cut at the left: its height counts, not its width
+    assert size == [20.0, pytest.approx(22.0)]
