@@ -10,7 +10,8 @@ classes (a stationary object that comes back keeps its track, apps/stationary.py
 that went out across the border is gone; with `tracker.appearance`, by each box's
 colour too, measured on the frame's pixels, apps/appearance.py) ->
 each track's class is its majority vote -> count only the app's classes on lines (those
-that move) and zones.
+that move) and zones, by where they stand: a box the border cuts is first made whole
+to its track's size (apps/border.py); events carry the box as seen.
 
 A classifier's answer (`Classes`) is kept per frame as the app's `top_k` best classes;
 its best class, once at `min_confidence`, is the frame's class: a change of it is a

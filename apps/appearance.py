@@ -27,7 +27,8 @@ _Y = (0.2, 0.5)
 LEVEL = 2.0  # boxes whose bottoms are this close (pixels) may be either in front of the other
 OVERLAP = 0.1  # a box whose middle shares more of its area than this with a box in front is not clear
 # a box this close to the frame's border may be cut by it: a detector's box is a few
-# pixels out (chosen on 640x360 clips; 0 px lost stays given the detector's boxes)
+# pixels out (chosen on 640x360 clips; 0 px lost stays given the detector's boxes); where
+# a box stands, lines and zones use apps/border.py's own margin
 EDGE_PX = 4.0
 
 

@@ -6,7 +6,10 @@ foot point is where its object stands."""
 from __future__ import annotations
 
 
-EDGE_SHARE = 0.01  # a box this close to the frame's border (of its width or height) touches it
+# a box this close to the frame's border (of its width or height) touches it; matching by
+# colour has its own margin for boxes it may cut (apps/appearance.py EDGE_PX, a few pixels),
+# chosen for what it costs the tracker, not for where a box stands
+EDGE_SHARE = 0.01
 
 
 def touching(box: list[float], frame_size: tuple[int, int]) -> tuple[bool, bool, bool, bool]:

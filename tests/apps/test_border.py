@@ -1,4 +1,4 @@
-"""A track that goes out across the frame's border has left the view: whoever comes in
+"""The frame's border (apps/border.py). A track that goes out across it has left the view: whoever comes in
 there next is someone else, however soon they come. A box the border cuts is made
 whole for lines and zones, so a walker leaving by the side leaves a zone when half of
 them has."""
@@ -58,11 +58,10 @@ def test_a_box_cut_by_the_border_leaves_even_when_its_last_step_goes_back_in():
 
 
 def walk_out_left(app: App, width: float = 20.0):
-    """A person `width` px wide walks left at 4 px a frame, from x=60 out across the left
-    border; the boxes end at the border, as a detector's do, until 2 px are left. Returns
-    its events and how many frames it was seen on."""
+    """A person `width` px wide walks left at 4 px a frame, from x=62 out across the left
+    border; the boxes end at the border, as a detector's do, until 2 px are left."""
     events, k = [], 0
-    while (centre := 60.0 - 4 * k) + width / 2 >= 2.0:
+    while (centre := 62.0 - 4 * k) + width / 2 >= 2.0:
         box = box_at(centre, 50, w=width)
         box[0] = max(box[0], 0.0)
         e, _ = app.observe(make_block(num_frames=1, fps=10.0, start=k, size=SIZE), [make_detections([box])])
@@ -70,17 +69,19 @@ def walk_out_left(app: App, width: float = 20.0):
         k += 1
     for j in range(k, k + 3):  # then it is gone
         events += app.observe(make_block(num_frames=1, fps=10.0, start=j, size=SIZE), [make_detections([])])[0]
-    return events, k
+    return events
 
 
 def test_a_walker_leaving_by_the_side_is_out_of_the_zone_when_half_of_them_is():
     # `left` reaches the border, so the box cut by it always has its foot inside; the
-    # track knows its width (20 px) from before, and its whole box is out when its
-    # centre passes x=0: on frame 15 (60 - 4 * 15 = 0 is on the border; 16 is past it)
-    events, frames = walk_out_left(dwell_app())
+    # track knows its width (20 px) from before, and its whole box is out once its
+    # centre passes x=0: on frame 16 (62 - 4 * 16 = -2), where the box seen is [0, 50)
+    # and it is seen two frames more, as a sliver
+    events = walk_out_left(dwell_app())
     exit_ = next(e for e in events if e.type == "zone_exit")
     assert exit_.data["left_ms"] == pytest.approx(1600.0)
-    assert frames == 18  # seen until x=-8, two frames later, as a sliver
+    assert [e.t_ms for e in events if e.type == "track_end"] == [pytest.approx(1700.0)]
+    assert all(e.data["box"][0] >= 0 for e in events if "box" in e.data)  # events carry the box as seen
 
 
 @pytest.mark.parametrize("box, size, whole", [
@@ -90,6 +91,8 @@ def test_a_walker_leaving_by_the_side_is_out_of_the_zone_when_half_of_them_is():
     ([0, 10, 8, 30], [None, 20.0], [0, 10, 8, 30]),  # no width learned yet: as it is
     ([0, 10, 25, 30], [20.0, 20.0], [0, 10, 25, 30]),  # wider than learned already
     ([0, 10, 200, 30], [20.0, 20.0], [0, 10, 200, 30]),  # at both sides: nothing to tell which is cut
+    ([50, 0, 60, 12], [10.0, 30.0], [50, -18, 60, 12]),  # at the top: the foot stays where it is
+    ([0, 90, 8, 100], [20.0, 30.0], [-12, 90, 8, 120]),  # in the bottom-left corner: both ways
 ])
 def test_whole_box_widens_a_box_past_the_borders_it_touches(box, size, whole):
     assert whole_box([float(v) for v in box], size, SIZE) == whole
