@@ -56,7 +56,8 @@ def _entry(change: ZoneChange) -> dict:
 
 def _exit(change: ZoneChange) -> dict:
     """A zone_exit's own fields: when the track was counted out (first seen outside, or
-    last seen, when it ended inside), and its stay."""
+    last seen, when it ended inside, or the stream's last frame, when the stream ended
+    with the track kept unseen), and its stay."""
     return {"left_ms": round(change.at_ms, 3), "dwell_ms": round(change.dwell_ms, 3)}
 
 
@@ -81,6 +82,7 @@ class App:
     zones: list[ZoneMonitor] = field(init=False)
     tracks: dict[int, TrackState] = field(default_factory=dict)
     num_frames: int = 0
+    last_frame_ms: float | None = None  # the stream time of the latest frame observed
     num_tracks: int = 0  # confirmed tracks of the app's classes
     num_detections: int = 0  # detections of the app's classes at its min_confidence
     frame_class: str | None = None  # a classifier's best class at min_confidence, as last changed
@@ -187,6 +189,7 @@ class App:
         """`keep`: the detections the filter keeps; `colour`: theirs, when tracked by colour."""
         t_ms = result.pts_ms
         self.num_frames += 1
+        self.last_frame_ms = t_ms
         result.detections = dets
         dets = dets[keep]
         self.num_detections += int(np.isin(dets.class_id, self._wanted).sum())
@@ -282,9 +285,13 @@ class App:
                 if parked and t_ms - state.last_ms <= self.keeper.park_s * 1000.0:
                     continue
             del self.tracks[tid]
+            # a track still kept when the stream ends is taken as there to its end, as its
+            # zones' occupancy took it: hidden for a moment (someone passing in front) is
+            # not gone; one given up on left when it was last seen
+            until = t_ms if everything else state.last_ms
             dwell: dict[str, float] = {}
             for zone in self.zones:
-                entered, left, total = zone.end_track(tid, state.last_ms)
+                entered, left, total = zone.end_track(tid, until)
                 if entered is not None:
                     events.append(self._event("zone_enter", state.last_ms, tid, state.class_id, zone=zone.name,
                                               **_entry(entered)))
@@ -305,8 +312,9 @@ class App:
 
     def finish(self) -> list[Event]:
         """End every open track (the stream ended)."""
-        last = max((s.last_ms for s in self.tracks.values()), default=0.0)
-        return self._end_stale_tracks(last, everything=True)
+        if self.last_frame_ms is None:
+            return []
+        return self._end_stale_tracks(self.last_frame_ms, everything=True)
 
     def _event(self, kind: str, t_ms: float, track_id: int, class_id: int, **data) -> Event:
         return Event(kind, self.name, self.stream_id, t_ms, track_id, self.labels[class_id], data)

@@ -60,3 +60,21 @@ def test_a_foot_over_the_border_for_two_frames_is_one_stay_unless_zone_inertia_i
     app.reconfigure(parse_spec({**app.spec.model_dump(mode="json"), "zone_inertia": 1}))
     split = [e for e in feed(app, frames) if e.type == "zone_exit"]
     assert [e.data["dwell_ms"] for e in split] == [pytest.approx(900.0), pytest.approx(700.0)]
+
+
+def test_a_track_hidden_when_the_stream_ends_stays_to_its_end_and_one_given_up_on_left_when_last_seen():
+    # stands inside `left` on frames 0-19 (confirmed on frame 1), then no detection
+    standing = [[(60, 50, 0)] for _ in range(20)]
+    app = dwell_app()  # lost_track_s 0.5: kept five frames unseen
+    events = feed(app, standing + [[] for _ in range(3)]) + app.finish()
+    exit_ = next(e for e in events if e.type == "zone_exit")
+    # hidden for the stream's last three frames, it was still taken as there (its zone's
+    # occupancy counted it), so its stay runs to the last frame, 2.2 s
+    assert (exit_.data["left_ms"], exit_.data["dwell_ms"]) == (pytest.approx(2200.0), pytest.approx(2100.0))
+    end = next(e for e in events if e.type == "track_end")
+    assert end.t_ms == exit_.t_ms == pytest.approx(1900.0)  # both said of the frame it was last seen on
+    assert end.data["dwell_ms"] == {"left": pytest.approx(2100.0)}
+    app = dwell_app()
+    events = feed(app, standing + [[] for _ in range(8)]) + app.finish()
+    exits = [e for e in events if e.type == "zone_exit"]
+    assert [(e.data["left_ms"], e.data["dwell_ms"]) for e in exits] == [(pytest.approx(1900.0), pytest.approx(1800.0))]
