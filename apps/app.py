@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from apps.appearance import colours as box_colours
-from apps.border import learn_size, leaving_view, touching, whole_box
+from apps.border import Borders, Size, learned_size, leaving_view, touching, whole_box
 from apps.counting import LineCounter, ZoneChange, ZoneMonitor
 from apps.events import Event
 from apps.filters import DetectionFilter
@@ -46,7 +46,8 @@ class TrackState:
     box: list[float] | None = None  # where it was last seen, xyxy pixels
     leaving: bool = False  # last seen on the frame's border, moving out across it
     border_box: list[float] | None = None  # its first box at the borders it touches now (see leaving_view)
-    size: list[float | None] = field(default_factory=lambda: [None, None])  # (width, height) clear of the border
+    size: Size = (None, None)  # (width, height), learned from its boxes clear of the border
+    whole: list[float] | None = None  # its box on its last frame, made whole (whole_box): where it stands
 
 
 def _entry(change: ZoneChange) -> dict:
@@ -200,9 +201,13 @@ class App:
             state = self.tracks.get(tid)
             if state is None:
                 state = self.tracks[tid] = TrackState(cid, t_ms, t_ms)
-            box = [round(float(v), 1) for v in xyxy]
-            self._follow_border(state, box)
-            learn_size(state.size, box, self.frame_size)
+            seen = [float(v) for v in xyxy]
+            box = [round(v, 1) for v in seen]
+            borders = touching(box, self.frame_size)
+            self._follow_border(state, box, borders)
+            state.size = learned_size(state.size, box, borders)
+            # where it stands, at the tracker's own precision (events say `box`, rounded)
+            state.whole = whole_box(seen, state.size, touching(seen, self.frame_size))
             state.class_id, state.last_ms, state.box = cid, t_ms, box
             self.keeper.seen(tid, state.box, t_ms)
             if not state.started and cid in self._wanted:
@@ -236,8 +241,8 @@ class App:
         result.tracked = mine
         return events
 
-    def _follow_border(self, state: TrackState, box: list[float]) -> None:
-        borders = touching(box, self.frame_size)
+    def _follow_border(self, state: TrackState, box: list[float], borders: Borders) -> None:
+        """`borders`: those `box` touches."""
         if not any(borders):
             state.border_box, state.leaving = None, False
             return
@@ -248,11 +253,10 @@ class App:
         state.leaving = leaving_view(state.border_box, box, self.frame_size)
 
     def _whole(self, tracked: Detections) -> Detections:
-        """`tracked` with each box the border cuts made whole (`whole_box`)."""
+        """`tracked`, seen on this frame, with each box the border cuts made whole."""
         if not len(tracked):
             return tracked
-        xyxy = np.array([whole_box([float(v) for v in b], self.tracks[int(t)].size, self.frame_size)
-                         for t, b in zip(tracked.tracker_id, tracked.xyxy)], dtype=tracked.xyxy.dtype)
+        xyxy = np.array([self.tracks[int(t)].whole for t in tracked.tracker_id], dtype=tracked.xyxy.dtype)
         return Detections(xyxy, tracked.confidence, tracked.class_id, tracked.tracker_id)
 
     def _same_objects(self, tracked: Detections) -> Detections:

@@ -20,16 +20,14 @@ from typing import NamedTuple
 import cv2
 import numpy as np
 
+from apps.border import cut
+
 # the part of the box the colour is taken from, as shares of its width and height: the
 # middle third across, and from a fifth to a half down (below a head, above the legs)
 _X = (1 / 3, 2 / 3)
 _Y = (0.2, 0.5)
 LEVEL = 2.0  # boxes whose bottoms are this close (pixels) may be either in front of the other
 OVERLAP = 0.1  # a box whose middle shares more of its area than this with a box in front is not clear
-# a box this close to the frame's border may be cut by it: a detector's box is a few
-# pixels out (chosen on 640x360 clips; 0 px lost stays given the detector's boxes); where
-# a box stands, lines and zones use apps/border.py's own margin
-EDGE_PX = 4.0
 
 
 class Looks(NamedTuple):
@@ -41,13 +39,6 @@ def looks(colour: np.ndarray, xyxy: np.ndarray, frame_size: tuple[int, int] | No
     """`frame_size` (width, height): boxes it may cut are not clear either."""
     clear = ~behind(xyxy)
     return Looks(colour, clear if frame_size is None else clear & ~cut(xyxy, frame_size))
-
-
-def cut(xyxy: np.ndarray, frame_size: tuple[int, int]) -> np.ndarray:
-    """(N,) bool: boxes within EDGE_PX of a border of a frame of `frame_size` (width, height)."""
-    b = np.asarray(xyxy, np.float64).reshape(-1, 4)
-    w, h = frame_size
-    return (b[:, 0] <= EDGE_PX) | (b[:, 1] <= EDGE_PX) | (b[:, 2] >= w - EDGE_PX) | (b[:, 3] >= h - EDGE_PX)
 
 
 def colours(frame: np.ndarray, xyxy: np.ndarray) -> np.ndarray:

@@ -1,22 +1,36 @@
 """The frame's border, where a box may be only the part of its object in view: which
 borders a box touches, whether a track is going out across one (so it has left the
-view, apps/app.py), and the box as if the border did not cut it (`whole_box`), whose
-foot point is where its object stands."""
+view, apps/app.py), the box as if the border did not cut it (`whole_box`), whose foot
+point is where its object stands, and which boxes the border may cut (`cut`), whose
+colour the tracker does not learn (apps/appearance.py)."""
 
 from __future__ import annotations
 
+import numpy as np
 
-# a box this close to the frame's border (of its width or height) touches it; matching by
-# colour has its own margin for boxes it may cut (apps/appearance.py EDGE_PX, a few pixels),
-# chosen for what it costs the tracker, not for where a box stands
+# a box this close to the frame's border (of its width or height) touches it: where it
+# stands and whether it is going out
 EDGE_SHARE = 0.01
+# a box this close to the frame's border may be cut by it, for matching by colour: a
+# detector's box is a few pixels out (chosen on 640x360 clips for what it costs the
+# tracker: 0 px lost stays given the detector's boxes)
+EDGE_PX = 4.0
+
+Borders = tuple[bool, bool, bool, bool]  # whether a box touches the left, top, right and bottom borders
 
 
-def touching(box: list[float], frame_size: tuple[int, int]) -> tuple[bool, bool, bool, bool]:
-    """Whether `box` (xyxy) touches the left, top, right and bottom borders."""
+def touching(box: list[float], frame_size: tuple[int, int]) -> Borders:
+    """Which borders `box` (xyxy) touches."""
     width, height = frame_size
     mx, my = EDGE_SHARE * width, EDGE_SHARE * height
     return box[0] <= mx, box[1] <= my, box[2] >= width - mx, box[3] >= height - my
+
+
+def cut(xyxy: np.ndarray, frame_size: tuple[int, int]) -> np.ndarray:
+    """(N,) bool: boxes within EDGE_PX of a border of a frame of `frame_size` (width, height)."""
+    b = np.asarray(xyxy, np.float64).reshape(-1, 4)
+    w, h = frame_size
+    return (b[:, 0] <= EDGE_PX) | (b[:, 1] <= EDGE_PX) | (b[:, 2] >= w - EDGE_PX) | (b[:, 3] >= h - EDGE_PX)
 
 
 def leaving_view(since: list[float], now: list[float], frame_size: tuple[int, int]) -> bool:
@@ -31,24 +45,29 @@ def leaving_view(since: list[float], now: list[float], frame_size: tuple[int, in
 
 
 SIZE_WEIGHT = 0.2  # of each new box clear of the border in a track's size: a walker's width swings with a stride
+Size = tuple[float | None, float | None]  # a track's (width, height), None on an axis not yet learned
 
 
-def learn_size(size: list[float | None], box: list[float], frame_size: tuple[int, int]) -> None:
-    """Fold `box` into a track's `size` (width, height), on each axis only where the
-    box touches neither border: a box the border cuts is not the object's size."""
-    left, top, right, bottom = touching(box, frame_size)
-    for axis, cut in ((0, left or right), (1, top or bottom)):
-        if not cut:
+def learned_size(size: Size, box: list[float], borders: Borders) -> Size:
+    """A track's `size` with `box` (xyxy; `borders`, those it touches) folded in, on
+    each axis only where the box touches neither border: a box the border cuts is not
+    the object's size."""
+    left, top, right, bottom = borders
+    learned = list(size)
+    for axis, at_border in ((0, left or right), (1, top or bottom)):
+        if not at_border:
             seen = box[axis + 2] - box[axis]
-            size[axis] = seen if size[axis] is None else size[axis] + SIZE_WEIGHT * (seen - size[axis])
+            learned[axis] = seen if size[axis] is None else size[axis] + SIZE_WEIGHT * (seen - size[axis])
+    return learned[0], learned[1]
 
 
-def whole_box(box: list[float], size: list[float | None], frame_size: tuple[int, int]) -> list[float]:
-    """`box` (xyxy) as if the border did not cut it: where it touches a border, it is
-    widened past it to the track's `size`, learned while it was clear. Its foot point is
-    then where the object stands, as the renderer's truth takes it: a walker leaving by
-    the side is out of a zone once half of them is, not when the last sliver is gone."""
-    left, top, right, bottom = touching(box, frame_size)
+def whole_box(box: list[float], size: Size, borders: Borders) -> list[float]:
+    """`box` (xyxy) as if the border did not cut it: where it touches a border
+    (`borders`), it is widened past it to the track's `size`, learned while it was
+    clear. Its foot point is then where the object stands, as the renderer's truth
+    takes it: a walker leaving by the side is out of a zone once half of them is, not
+    when the last sliver is gone."""
+    left, top, right, bottom = borders
     whole = list(box)
     for axis, low, high in ((0, left, right), (1, top, bottom)):
         full = size[axis]

@@ -4,7 +4,8 @@ likeness): on painted frames, where the boxes' places alone would join the wrong
 import numpy as np
 import pytest
 
-from apps.appearance import behind, colours, cut, looks
+from apps.appearance import behind, colours, looks
+from apps.border import cut
 from apps.spec import AppearanceOptions, TrackerOptions
 from apps.tracking import Tracker
 from factories import make_detections

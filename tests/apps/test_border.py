@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from apps.app import App
-from apps.border import learn_size, leaving_view, whole_box
+from apps.border import learned_size, leaving_view, touching, whole_box
 from factories import box_at, make_block, make_detections
 from test_app import feed, make_app
 from test_dwell import SIZE, dwell_app
@@ -85,22 +85,23 @@ def test_a_walker_leaving_by_the_side_is_out_of_the_zone_when_half_of_them_is():
 
 
 @pytest.mark.parametrize("box, size, whole", [
-    ([0, 10, 8, 30], [20.0, 20.0], [-12, 10, 8, 30]),  # cut at the left: widened leftward to 20
-    ([190, 10, 200, 30], [20.0, 20.0], [190, 10, 210, 30]),  # at the right
-    ([50, 90, 60, 100], [10.0, 30.0], [50, 90, 60, 120]),  # at the bottom: the foot is below the frame
-    ([0, 10, 8, 30], [None, 20.0], [0, 10, 8, 30]),  # no width learned yet: as it is
-    ([0, 10, 25, 30], [20.0, 20.0], [0, 10, 25, 30]),  # wider than learned already
-    ([0, 10, 200, 30], [20.0, 20.0], [0, 10, 200, 30]),  # at both sides: nothing to tell which is cut
-    ([50, 0, 60, 12], [10.0, 30.0], [50, -18, 60, 12]),  # at the top: the foot stays where it is
-    ([0, 90, 8, 100], [20.0, 30.0], [-12, 90, 8, 120]),  # in the bottom-left corner: both ways
+    ([0, 10, 8, 30], (20.0, 20.0), [-12, 10, 8, 30]),  # cut at the left: widened leftward to 20
+    ([190, 10, 200, 30], (20.0, 20.0), [190, 10, 210, 30]),  # at the right
+    ([50, 90, 60, 100], (10.0, 30.0), [50, 90, 60, 120]),  # at the bottom: the foot is below the frame
+    ([0, 10, 8, 30], (None, 20.0), [0, 10, 8, 30]),  # no width learned yet: as it is
+    ([0, 10, 25, 30], (20.0, 20.0), [0, 10, 25, 30]),  # wider than learned already
+    ([0, 10, 200, 30], (20.0, 20.0), [0, 10, 200, 30]),  # at both sides: nothing to tell which is cut
+    ([50, 0, 60, 12], (10.0, 30.0), [50, -18, 60, 12]),  # at the top: the foot stays where it is
+    ([0, 90, 8, 100], (20.0, 30.0), [-12, 90, 8, 120]),  # in the bottom-left corner: both ways
 ])
 def test_whole_box_widens_a_box_past_the_borders_it_touches(box, size, whole):
-    assert whole_box([float(v) for v in box], size, SIZE) == whole
+    box = [float(v) for v in box]
+    assert whole_box(box, size, touching(box, SIZE)) == whole
 
 
-def test_learn_size_learns_each_axis_only_from_boxes_the_border_does_not_cut():
-    size = [None, None]
-    learn_size(size, [50.0, 10.0, 70.0, 30.0], SIZE)
-    assert size == [20.0, 20.0]
-    learn_size(size, [0.0, 10.0, 5.0, 40.0], SIZE)  # cut at the left: its height counts, not its width
-    assert size == [20.0, pytest.approx(22.0)]
+def test_learned_size_learns_each_axis_only_from_boxes_the_border_does_not_cut():
+    clear, cut_left = [50.0, 10.0, 70.0, 30.0], [0.0, 10.0, 5.0, 40.0]
+    size = learned_size((None, None), clear, touching(clear, SIZE))
+    assert size == (20.0, 20.0)
+    # cut at the left: its height counts, not its width
+    assert learned_size(size, cut_left, touching(cut_left, SIZE)) == (20.0, pytest.approx(22.0))
