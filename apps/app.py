@@ -47,7 +47,6 @@ class TrackState:
     leaving: bool = False  # last seen on the frame's border, moving out across it
     border_box: list[float] | None = None  # its first box at the borders it touches now (see leaving_view)
     size: Size = (None, None)  # (width, height), learned from its boxes clear of the border
-    whole: list[float] | None = None  # its box on its last frame, made whole (whole_box): where it stands
 
 
 def _entry(change: ZoneChange) -> dict:
@@ -57,7 +56,7 @@ def _entry(change: ZoneChange) -> dict:
 
 def _exit(change: ZoneChange) -> dict:
     """A zone_exit's own fields: when the track was counted out (first seen outside, or
-    last seen, when it ended inside, or the stream's last frame, when the stream ended
+    last seen, when it ended inside, or the app's last frame, when the app's frames ended
     with the track kept unseen), and its stay."""
     return {"left_ms": round(change.at_ms, 3), "dwell_ms": round(change.dwell_ms, 3)}
 
@@ -83,7 +82,7 @@ class App:
     zones: list[ZoneMonitor] = field(init=False)
     tracks: dict[int, TrackState] = field(default_factory=dict)
     num_frames: int = 0
-    last_frame_ms: float | None = None  # the stream time of the latest frame observed
+    last_frame_ms: float | None = None  # the stream time of the app's latest frame
     num_tracks: int = 0  # confirmed tracks of the app's classes
     num_detections: int = 0  # detections of the app's classes at its min_confidence
     frame_class: str | None = None  # a classifier's best class at min_confidence, as last changed
@@ -196,6 +195,7 @@ class App:
         self.num_detections += int(np.isin(dets.class_id, self._wanted).sum())
         tracked = self._same_objects(self.tracker.update(dets, t_ms, colour))
         events: list[Event] = []
+        wholes = []  # each tracked box made whole (whole_box): where its object stands
         for tid, cid, xyxy in zip(tracked.tracker_id, tracked.class_id, tracked.xyxy):
             tid, cid = int(tid), int(cid)
             state = self.tracks.get(tid)
@@ -206,16 +206,20 @@ class App:
             borders = touching(box, self.frame_size)
             self._follow_border(state, box, borders)
             state.size = learned_size(state.size, box, borders)
-            # where it stands, at the tracker's own precision (events say `box`, rounded)
-            state.whole = whole_box(seen, state.size, touching(seen, self.frame_size))
+            # where it stands is placed at the tracker's own precision, not at the events'
+            # (`box`), and so which borders it touches is too: a tenth of a pixel moves a
+            # foot across a zone's edge a frame sooner or later
+            wholes.append(whole_box(seen, state.size, touching(seen, self.frame_size)))
             state.class_id, state.last_ms, state.box = cid, t_ms, box
             self.keeper.seen(tid, state.box, t_ms)
             if not state.started and cid in self._wanted:
                 state.started = True
                 self.num_tracks += 1
                 events.append(self._event("track_start", t_ms, tid, cid, box=state.box))
-        mine = tracked[np.isin(tracked.class_id, self._wanted)]
-        placed = self._whole(mine)  # where they stand, for lines and zones
+        wanted = np.isin(tracked.class_id, self._wanted)
+        mine = tracked[wanted]
+        placed = Detections(np.array(wholes, tracked.xyxy.dtype).reshape(-1, 4)[wanted], mine.confidence,
+                            mine.class_id, mine.tracker_id)  # where they stand, for lines and zones
 
         def box(tid: int) -> dict:  # where the track is on this frame (an exit may be of a track not seen)
             state = self.tracks.get(tid)
@@ -252,13 +256,6 @@ class App:
             state.border_box = state.box or box
         state.leaving = leaving_view(state.border_box, box, self.frame_size)
 
-    def _whole(self, tracked: Detections) -> Detections:
-        """`tracked`, seen on this frame, with each box the border cuts made whole."""
-        if not len(tracked):
-            return tracked
-        xyxy = np.array([self.tracks[int(t)].whole for t in tracked.tracker_id], dtype=tracked.xyxy.dtype)
-        return Detections(xyxy, tracked.confidence, tracked.class_id, tracked.tracker_id)
-
     def _same_objects(self, tracked: Detections) -> Detections:
         """The tracker's ids as the app's: a new track on a parked object's box is that
         object back, under its own id."""
@@ -289,9 +286,10 @@ class App:
                 if parked and t_ms - state.last_ms <= self.keeper.park_s * 1000.0:
                     continue
             del self.tracks[tid]
-            # a track still kept when the stream ends is taken as there to its end, as its
-            # zones' occupancy took it: hidden for a moment (someone passing in front) is
-            # not gone; one given up on left when it was last seen
+            # a track still kept (hidden, or parked) when the app's frames end, with the
+            # stream or with the app, is taken as there to the last of them, as its zones'
+            # occupancy took it: someone hidden a moment by a passer-by is not gone; a track
+            # given up on left when it was last seen
             until = t_ms if everything else state.last_ms
             dwell: dict[str, float] = {}
             for zone in self.zones:
@@ -315,7 +313,7 @@ class App:
         return events
 
     def finish(self) -> list[Event]:
-        """End every open track (the stream ended)."""
+        """End every open track (the stream ended, or the app was removed from it)."""
         if self.last_frame_ms is None:
             return []
         return self._end_stale_tracks(self.last_frame_ms, everything=True)

@@ -53,12 +53,14 @@ def learned_size(size: Size, box: list[float], borders: Borders) -> Size:
     each axis only where the box touches neither border: a box the border cuts is not
     the object's size."""
     left, top, right, bottom = borders
-    learned = list(size)
-    for axis, at_border in ((0, left or right), (1, top or bottom)):
-        if not at_border:
-            seen = box[axis + 2] - box[axis]
-            learned[axis] = seen if size[axis] is None else size[axis] + SIZE_WEIGHT * (seen - size[axis])
-    return learned[0], learned[1]
+
+    def axis(k: int, at_border: bool) -> float | None:
+        if at_border:
+            return size[k]
+        seen = box[k + 2] - box[k]
+        return seen if size[k] is None else size[k] + SIZE_WEIGHT * (seen - size[k])
+
+    return axis(0, left or right), axis(1, top or bottom)
 
 
 def whole_box(box: list[float], size: Size, borders: Borders) -> list[float]:

@@ -173,7 +173,7 @@ class ZoneMonitor:
 
     def end_track(self, track_id: int, t_ms: float = 0.0) -> tuple[ZoneChange | None, ZoneChange | None, float]:
         """Forget a finished track, taken as there until `t_ms` (when it was last seen,
-        or when the stream ended): (its entry, if it was coming in; its exit, if it was
+        or the app's last frame): (its entry, if it was coming in; its exit, if it was
         inside; its whole dwell in the zone in ms, the stay now ended included). Its last
         frames are all there is to go on, so a change seen on fewer than `inertia` of
         them counts: one coming in entered on the first of them, one going out left

@@ -23,7 +23,8 @@ class Event:
     cls: str
     # line+direction, zone, duration_ms, dwell_ms; entered_ms / left_ms (a zone_enter's /
     # zone_exit's first frame seen in / out, or its last frame seen when a track ends
-    # inside, or the stream's last when the stream ends with the track kept unseen; t_ms is the frame that settled it, or the track's last when it ended);
+    # inside, or the app's last frame when its frames end with the track kept unseen;
+    # t_ms is the frame that settled it, or the track's last when it ended);
     # box (xyxy pixels: where the object was on the event's frame, or last seen for
     # track_end; none on the zone events said with a track_end); snapshot (its stored
     # picture, vigil/snapshots.py)

@@ -104,7 +104,9 @@ def parse_question(text: str, lines: list[str], zones: list[str], latest_ms: flo
 
 def _when(e: dict) -> float:
     """When the event's change happened: a zone_enter's or zone_exit's first frame on the
-    new side (said `zone_inertia` frames later, at `t_ms`), else its `t_ms`."""
+    new side (said `zone_inertia` frames later, at `t_ms`; for a track that ended inside,
+    its last frame seen, or the app's last frame when its frames ended with the track
+    kept unseen), else its `t_ms`."""
     return e.get("entered_ms", e.get("left_ms", e["t_ms"]))
 
 

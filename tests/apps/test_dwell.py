@@ -62,7 +62,7 @@ def test_a_foot_over_the_border_for_two_frames_is_one_stay_unless_zone_inertia_i
     assert [e.data["dwell_ms"] for e in split] == [pytest.approx(900.0), pytest.approx(700.0)]
 
 
-def test_a_track_hidden_when_the_stream_ends_stays_to_its_end_and_one_given_up_on_left_when_last_seen():
+def test_a_track_hidden_when_the_stream_ends_stays_to_its_end_one_given_up_on_left_when_last_seen():
     # stands inside `left` on frames 0-19 (confirmed on frame 1), then no detection
     standing = [[(60, 50, 0)] for _ in range(20)]
     app = dwell_app()  # lost_track_s 0.5: kept five frames unseen
@@ -77,4 +77,5 @@ def test_a_track_hidden_when_the_stream_ends_stays_to_its_end_and_one_given_up_o
     app = dwell_app()
     events = feed(app, standing + [[] for _ in range(8)]) + app.finish()
     exits = [e for e in events if e.type == "zone_exit"]
-    assert [(e.data["left_ms"], e.data["dwell_ms"]) for e in exits] == [(pytest.approx(1900.0), pytest.approx(1800.0))]
+    assert [(e.data["left_ms"], e.data["dwell_ms"]) for e in exits] == [(1900.0, pytest.approx(1800.0))]
+    assert dwell_app().finish() == []  # an app that saw no frame has nothing to end

@@ -98,3 +98,12 @@ def test_stationary_s_changes_while_running():
     assert not app.keeper.parked and not app.keeper.alias and app.keeper.stationary_s is None
     feed(range(150, 300))
     assert len(starts) >= 2  # without it again: a new car at a return
+
+
+def test_a_parked_car_unseen_when_the_stream_ends_stays_in_its_zone_to_the_end():
+    # its detections drop out for the stream's last 2 s (frames 280-299); parked, it is
+    # still there, as its zone's occupancy counts it, so its stay runs to the last frame
+    app = make_app(stationary_s=2.0, zones={"bay": [[0, 0], [0.5, 0], [0.5, 1], [0, 1]]})
+    events = run(app, parked_with_dropouts())
+    exits = [e for e in events if e.type == "zone_exit"]
+    assert [(e.data["left_ms"], e.data["dwell_ms"]) for e in exits] == [(29_900.0, 29_800.0)]
