@@ -1,7 +1,7 @@
-"""The frame's border (apps/border.py). A track that goes out across it has left the view: whoever comes in
-there next is someone else, however soon they come. A box the border cuts is made
-whole for lines and zones, so a walker leaving by the side leaves a zone when half of
-them has."""
+"""The frame's border (apps/border.py). A track that goes out across it has left the
+view: whoever comes in there next is someone else, however soon they come. A box the
+border cuts is made whole for lines and zones, so a walker leaving by the side leaves a
+zone when half of them has."""
 
 from __future__ import annotations
 
