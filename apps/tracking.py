@@ -8,8 +8,9 @@ to the tracker with its stream time, so a lost track is kept `lost_track_s` of s
 time whatever the app's sampled rate and however many frames were skipped or dropped.
 
 OC-SORT is the default: on the street clips its line counts come closer to the ground
-truth than ByteTrack's. As in its paper, every track of its first `min_hits` frames is
-confirmed at once. With `appearance` it also matches by colour, so it needs each
+truth than ByteTrack's. Either confirms a track on its `min_hits`-th detection in a row;
+as in OC-SORT's paper, every track matched in the stream's first frames (`min_hits`
+- 1 of them, one at least) is confirmed at once. With `appearance` it also matches by colour, so it needs each
 box's colour (`apps/appearance.py`), and the frame's size, to tell which boxes the
 border may cut.
 
@@ -50,15 +51,19 @@ def _build(options: TrackerOptions, fps: float) -> OCSort | _ByteTrack:
     # both count their lost-track buffer in frames at 30 fps: lost_track_buffer / 30
     # seconds when they are given timestamps, as here.
     common = dict(lost_track_buffer=max(1, round(options.lost_track_s * 30)), frame_rate=fps,
-                  minimum_consecutive_frames=options.min_hits, minimum_iou_threshold=options.match_iou,
-                  high_conf_det_threshold=options.activation_confidence)
+                  minimum_iou_threshold=options.match_iou, high_conf_det_threshold=options.activation_confidence)
     if options.kind == "ocsort":
         colour = {"appearance_gate": options.appearance.gate, "appearance_weight": options.appearance.weight} \
             if options.appearance is not None else {}
-        return OCSort(**common, **colour, height_iou=options.height_iou)
+        # OC-SORT's reference counts the matches after the detection that began a track,
+        # ByteTrack's the detections: both confirm a track on its min_hits-th detection
+        # in a row (its second at the earliest) when OC-SORT is given one fewer
+        return OCSort(**common, **colour, minimum_consecutive_frames=max(1, options.min_hits - 1),
+                      height_iou=options.height_iou)
     # one confidence both starts a track and makes a detection "high" in ByteTrack's
     # first association; the app's min_confidence drops the rest before they get here
-    return _ByteTrack(track_activation_threshold=options.activation_confidence, **common)
+    return _ByteTrack(track_activation_threshold=options.activation_confidence,
+                      minimum_consecutive_frames=options.min_hits, **common)
 
 
 class Tracker:

@@ -20,19 +20,21 @@ def walk(tracker: Tracker, start_ms: float, num_frames: int, x0: float = 20.0, p
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_a_track_is_confirmed_after_min_hits_and_keeps_its_id(kind):
+@pytest.mark.parametrize("min_hits, confirmed_on", [(1, 2), (2, 2), (3, 3), (4, 4)])
+def test_a_track_is_confirmed_on_its_min_hits_th_detection_and_keeps_its_id(kind, min_hits, confirmed_on):
     """A person who turns up once the tracker is running (OC-SORT confirms every track
-    of its first min_hits frames at once, as the paper's does)."""
-    tracker = Tracker(TrackerOptions(kind=kind, min_hits=3), fps=10.0)
+    of the stream's first frames at once, as the paper's does). Both kinds confirm on
+    the same detection, though OC-SORT's reference counts one more."""
+    tracker = Tracker(TrackerOptions(kind=kind, min_hits=min_hits), fps=10.0)
     parked = box_at(150, 50)
     for i in range(5):
         tracker.update(make_detections([parked]), i * 100.0)
     out = [tracker.update(make_detections([parked, box_at(20 + 3 * i, 50)]), 500.0 + i * 100.0)
            for i in range(10)]
     walking = [d[d.xyxy[:, 0] < 100] for d in out]
-    assert [len(d) for d in walking[:2]] == [0, 0]  # not yet confirmed
-    ids = {int(d.tracker_id[0]) for d in walking[3:]}
-    assert all(len(d) == 1 for d in walking[3:]) and len(ids) == 1 and min(ids) >= 0
+    assert [len(d) for d in walking] == [0] * (confirmed_on - 1) + [1] * (11 - confirmed_on)
+    assert len({int(d.tracker_id[0]) for d in walking[confirmed_on - 1:]}) == 1
+    assert min(int(d.tracker_id[0]) for d in walking[confirmed_on - 1:]) >= 0
     assert all(len(d) - len(w) == 1 for d, w in zip(out, walking))  # the parked car goes on beside it
 
 
