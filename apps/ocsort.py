@@ -161,6 +161,8 @@ class OCSort:
             raise ValueError(f"frame_rate must be finite and > 0; was {frame_rate}")
         self.max_lost_s = lost_track_buffer / 30.0  # the buffer counts frames at 30 fps
         self.frame_rate = frame_rate
+        # matches after the detection that began a track, as the reference counts them:
+        # one fewer than the app's min_hits (apps/tracking.py)
         self.min_hits = minimum_consecutive_frames
         self.match_iou = minimum_iou_threshold
         self.high_score = high_conf_det_threshold
@@ -369,8 +371,9 @@ class OCSort:
         self._x, self._p = self._x[keep], self._p[keep]
 
     def _resolve_id(self, t: _Track) -> int:
-        """The reference's rule: in the first `min_hits` frames every matched track
-        gets an id at once; later a track needs `min_hits` matches in a row."""
+        """The reference's rule: in the first `min_hits` + 1 frames it is given every
+        matched track gets an id at once; later a track needs `min_hits` matches in a
+        row, after the detection that began it or after a miss."""
         if (t.lost == 0) if self._frames <= self.min_hits else (t.hits >= self.min_hits):
             if t.tracker_id == -1:
                 t.tracker_id, self._next_id = self._next_id, self._next_id + 1

@@ -85,8 +85,9 @@ class TrackerOptions(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, strict=True)
 
     lost_track_s: float = Field(1.5, gt=0, le=600, description="keep a lost track this long for re-association")
-    min_hits: json_int(ge=1, le=1000) = Field(3, description="detections in a row that confirm a track: it is "
-                                                "confirmed on the min_hits-th (the second at the earliest)")
+    min_hits: json_int(ge=1, le=1000) = Field(3, description="detections in a row that confirm a track: it "
+                                                             "is confirmed on the min_hits-th (the second at "
+                                                             "the earliest)")
     match_iou: float = Field(0.1, gt=0, lt=1, description="minimum IoU to match a detection to a track")
     activation_confidence: float = Field(0.25, ge=0, le=1, description="confidence to start a track")
     kind: Literal["bytetrack", "ocsort"] = Field(

@@ -8,9 +8,11 @@ to the tracker with its stream time, so a lost track is kept `lost_track_s` of s
 time whatever the app's sampled rate and however many frames were skipped or dropped.
 
 OC-SORT is the default: on the street clips its line counts come closer to the ground
-truth than ByteTrack's. Either confirms a track on its `min_hits`-th detection in a row;
-as in OC-SORT's paper, every track matched in the stream's first frames (`min_hits`
-- 1 of them, one at least) is confirmed at once. With `appearance` it also matches by colour, so it needs each
+truth than ByteTrack's. Both confirm a track on its `min_hits`-th detection in a row.
+OC-SORT, as in its paper, also confirms at once every track matched in the first
+`min_hits` frames it is given (two at least), and after a missed frame shows a track
+again only on its (`min_hits` - 1)-th detection in a row (at once below 3); ByteTrack
+shows it at once. With `appearance` OC-SORT also matches by colour, so it needs each
 box's colour (`apps/appearance.py`), and the frame's size, to tell which boxes the
 border may cut.
 

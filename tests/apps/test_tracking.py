@@ -24,7 +24,7 @@ def walk(tracker: Tracker, start_ms: float, num_frames: int, x0: float = 20.0, p
 def test_a_track_is_confirmed_on_its_min_hits_th_detection_and_keeps_its_id(kind, min_hits, confirmed_on):
     """A person who turns up once the tracker is running (OC-SORT confirms every track
     of the stream's first frames at once, as the paper's does). Both kinds confirm on
-    the same detection, though OC-SORT's reference counts one more."""
+    the same detection; given the same number, OC-SORT's reference waits one longer."""
     tracker = Tracker(TrackerOptions(kind=kind, min_hits=min_hits), fps=10.0)
     parked = box_at(150, 50)
     for i in range(5):
@@ -36,6 +36,22 @@ def test_a_track_is_confirmed_on_its_min_hits_th_detection_and_keeps_its_id(kind
     assert len({int(d.tracker_id[0]) for d in walking[confirmed_on - 1:]}) == 1
     assert min(int(d.tracker_id[0]) for d in walking[confirmed_on - 1:]) >= 0
     assert all(len(d) - len(w) == 1 for d, w in zip(out, walking))  # the parked car goes on beside it
+
+
+@pytest.mark.parametrize("kind, hidden_after_a_miss", [("ocsort", 2), ("bytetrack", 0)])
+def test_after_a_missed_frame_ocsort_shows_a_track_again_on_its_min_hits_minus_1_th_detection(
+        kind, hidden_after_a_miss):
+    """As OC-SORT's reference does; ByteTrack keeps a confirmed track's id showing."""
+    tracker = Tracker(TrackerOptions(kind=kind, min_hits=4, lost_track_s=2.0), fps=10.0)
+    parked = box_at(150, 50)
+    for i in range(5):
+        tracker.update(make_detections([parked]), i * 100.0)
+    out = [tracker.update(make_detections([parked] + ([] if i == 6 else [box_at(20 + 3 * i, 50)])),
+                          500.0 + i * 100.0) for i in range(12)]
+    walking = [len(d[d.xyxy[:, 0] < 100]) for d in out]
+    assert walking[:7] == [0, 0, 0, 1, 1, 1, 0]  # confirmed on its 4th detection; none on frame 6
+    assert walking[7:] == [0] * hidden_after_a_miss + [1] * (5 - hidden_after_a_miss)
+    assert len({int(d.tracker_id[d.xyxy[:, 0] < 100][0]) for d in out if (d.xyxy[:, 0] < 100).any()}) == 1
 
 
 @pytest.mark.parametrize("kind", KINDS)
