@@ -42,10 +42,16 @@ system-deps:
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(SYSTEM_PACKAGES) gstreamer1.0-tools >/dev/null; \
 	else echo "install the test's system packages: sudo apt-get install $(SYSTEM_PACKAGES) gstreamer1.0-tools"; exit 1; fi
 
+# Tests on several workers (TEST_WORKERS=0: one process); tests that share a server stay on
+# one worker, and the longest go first (tests/support/tiers.py). Then, alone on the machine,
+# those marked exclusive.
+TEST_WORKERS ?= auto
 test: $(STAMP) system-deps
 	@$(MAKE) --no-print-directory triton-venv || echo "no Triton venv: tests/bench/test_triton_peer.py skips its server tests"
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder -m "not exclusive"
+	$(BIN)/python -m pytest -m exclusive
 
+# Before each commit: no processes, servers, browsers, clusters or whole clips.
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -m "not slow"
 

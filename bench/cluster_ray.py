@@ -46,7 +46,6 @@ from engine.epochs import EpochPolicy
 from engine.placement import Workload, max_throughput_rps
 
 OVERHEAD_MS = 40.0  # of each SLO, kept for Ray's two crossings and the router's tick
-FRONT_WARMUP_S = 25.0  # the front-door phase: before its window, as the serve bench warms up
 
 
 @dataclass(frozen=True)
@@ -79,6 +78,7 @@ class ClusterBenchOptions:
     # then `vigil serve --cluster` beside `vigil serve` with this many cameras (0: skip)
     front_cameras: int = 8
     front_window_s: float = 30.0
+    front_warmup_s: float = 25.0  # before each front-door window, as the serve bench warms up
     front_repeats: int = 2
 
     def __post_init__(self) -> None:
@@ -96,9 +96,9 @@ class ClusterBenchOptions:
         if not (self.engine_s == 0 or 1.0 <= self.engine_s <= 600) or not (0 < self.engine_rate_rps <= 1000):
             raise ValueError("engine_s must be 0 or in [1, 600], and engine_rate_rps in (0, 1000]")
         if not (0 <= self.front_cameras <= 64 and 1.0 <= self.front_window_s <= 600
-                and 1 <= self.front_repeats <= 10):
-            raise ValueError("front_cameras must be in [0, 64], front_window_s in [1, 600] and front_repeats "
-                             "in [1, 10]")
+                and 0 <= self.front_warmup_s <= 600 and 1 <= self.front_repeats <= 10):
+            raise ValueError("front_cameras must be in [0, 64], front_window_s in [1, 600], front_warmup_s in "
+                             "[0, 600] and front_repeats in [1, 10]")
 
 
 def _workload(options: ClusterBenchOptions) -> tuple[list[Workload], dict[str, float]]:
@@ -140,7 +140,7 @@ def run_cluster_bench(options: ClusterBenchOptions, log: Callable[[str], None] =
     if options.front_cameras:
         from bench.cluster_front import front_phase
 
-        result["front"] = front_phase(options.front_cameras, options.front_window_s, FRONT_WARMUP_S,
+        result["front"] = front_phase(options.front_cameras, options.front_window_s, options.front_warmup_s,
                                       options.front_repeats, log)
     log("simulation")
     result["sim"] = run_sim(SimOptions(devices=options.sim_devices, seconds=2.0), log)["sim"]

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import platform
 import time
 from dataclasses import dataclass, field
@@ -204,7 +205,7 @@ class ProfileStore:
         path = self._path(profile.device_key)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(".tmp")
+            tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")  # processes sharing the repository write apart
             tmp.write_text(json.dumps(entries, indent=1))
             tmp.replace(path)
         except OSError:

@@ -1,12 +1,40 @@
+import os
 import sys
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+pytest_plugins = ["pytester"]  # tests/test_suite.py runs pytest on the suite's own rules
 sys.path.insert(0, str(ROOT / "tests"))
 
-from support.clips import BUNDLED  # noqa: E402  (after the path is set)
+from support import tiers  # noqa: E402  (after the path is set)
+from support.clips import BUNDLED  # noqa: E402
+
+
+def pytest_addoption(parser) -> None:
+    tiers.add_options(parser)
+
+
+def pytest_configure(config) -> None:
+    tiers.register(config)
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist starts its workers
+def pytest_sessionstart(session) -> None:
+    config = session.config
+    if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput") \
+            and not config.option.collectonly:
+        from support.profiles import warm_profiles
+
+        warm_profiles(lambda line: config.get_terminal_writer().line(line))
+
+
+def pytest_xdist_auto_num_workers(config) -> int:
+    """`-n auto`: a worker per core this process may use. The slow tests' servers and
+    runs keep the cores busy themselves: on two cores, four workers made each test twice
+    as slow and pushed waits on a loaded server past their limits."""
+    return len(os.sched_getaffinity(0))
 
 
 @pytest.fixture(scope="session")

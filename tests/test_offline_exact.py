@@ -18,6 +18,9 @@ from support.clips import BUNDLED, load_truth
 from test_run import count_errors
 from vigil.offline import RunOptions, run_offline
 
+# its idle run needs an idle machine, and its spinning processes would slow every other test
+pytestmark = pytest.mark.exclusive
+
 CLIP = next(c for c in BUNDLED if c.stem == "street_b")  # the clip that once lost 210 of 450 frames
 
 
@@ -53,6 +56,7 @@ def test_events_do_not_depend_on_how_busy_the_machine_is(tmp_path):
     assert loaded["wall_s"] > idle["wall_s"]  # the load was real
 
 
+@pytest.mark.slow
 def test_realtime_paces_the_file_and_may_drop(short_clip, tmp_path):
     clip, truth = short_clip
     specs = [load_spec("people-counter").model_copy(update={"slo_ms": 1.0})]  # no frame can make 1 ms

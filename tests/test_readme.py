@@ -1,12 +1,15 @@
 """The README runs: every shell command of its Usage section, as a user types it in a
-checkout, against a `vigil serve` of the test's own.
+checkout.
 
-Each command runs under bash, in README order, in a fresh folder that holds a copy of
-the checkout's `configs/` and a link to its `sample_videos/`, so what commands write
-(out/, vigil-out/, clips/, JSON reports) lands there. The command text is never
+Each command runs under bash in a folder that holds a copy of the checkout's `configs/`
+and a link to its `sample_videos/`, so what commands write (out/, vigil-out/, clips/,
+JSON reports) lands there. The commands that talk to a server (`SERVED`) run in README
+order against a `vigil serve` of the test's own, on one worker; the rest run offline,
+each on whichever worker is free (a folder per worker). The command text is never
 rewritten: the CLI's remote commands find the server through `$VIGIL_URL`, and curl
 through a `.curlrc` (`connect-to` for localhost:8080, `fail-with-body` so an HTTP error
-fails the command). A command runs as written (a synopsis without its optional
+fails the command); an offline command's `$VIGIL_URL` is a closed port, so one that
+needs the server fails. A command runs as written (a synopsis without its optional
 `[--flag V]` groups) unless `RUN_AS` gives its quickest form, with flags of its own
 line only, or `NOT_RUN` says why it cannot run here; these tables, like `EXPECT`
 and `CREATES`, are keyed by the exact command, so a new README command runs by default
@@ -17,7 +20,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -25,12 +27,15 @@ import httpx
 import pytest
 import yaml
 
-from support.processes import ROOT, VigilServer, wait_for
+from support.processes import ROOT, run_command, VigilServer, wait_for
 
 pytestmark = pytest.mark.slow
 
 README = ROOT / "README.md"
 SHELL_LANGS = ("sh", "bash", "console", "shell")
+# What the commands that talk to the server start with.
+SERVED = ("curl ", "vigil streams ", "vigil apps ", "vigil events ", "vigil models add ")
+CLOSED_PORT_URL = "http://127.0.0.1:9"  # discard: nothing listens there
 
 # The README's synopsis or slow command -> (what the test runs, why). Only flags of the
 # README's own line may be added (checked below).
@@ -173,17 +178,26 @@ def workdir(tmp_path_factory) -> Path:
     """A user's checkout as the commands see it: configs/ (a copy, so training and
     profiling write there) and sample_videos/ (a link)."""
     work = tmp_path_factory.mktemp("readme")
-    shutil.copytree(ROOT / "configs", work / "configs", ignore=shutil.ignore_patterns("profiles"))
+    shutil.copytree(ROOT / "configs", work / "configs")
     (work / "sample_videos").symlink_to(ROOT / "sample_videos")
     return work
 
 
 @pytest.fixture(scope="module")
+def env() -> dict[str, str]:
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "VIGIL_URL": CLOSED_PORT_URL}
+    for name in ("VIGIL_API_KEYS", "VIGIL_API_KEY"):
+        env.pop(name, None)
+    return env
+
+
+@pytest.fixture(scope="module")
 def server(tmp_path_factory) -> VigilServer:
-    """Started with the flags of the README's second `vigil serve`; its model repository
-    is a copy, since `vigil models add` writes into it."""
+    """Started with the flags of the README's second `vigil serve`. Its own, not the
+    suite's shared one: `vigil models add` adds a version to the repository it serves
+    (a copy here)."""
     base = tmp_path_factory.mktemp("readme-serve")
-    shutil.copytree(ROOT / "configs/models", base / "models", ignore=shutil.ignore_patterns("profiles"))
+    shutil.copytree(ROOT / "configs/models", base / "models")
     srv = VigilServer(base / "data", config={}, extra=["--models", str(base / "models")]).start()
     wait_for(lambda: httpx.get(f"{srv.url}/readyz").status_code == 200, 300, "the server restored and loaded")
     yield srv
@@ -191,18 +205,14 @@ def server(tmp_path_factory) -> VigilServer:
 
 
 @pytest.fixture(scope="module")
-def env(server, workdir) -> dict[str, str]:
+def served_env(server, workdir, env) -> dict[str, str]:
     curl_home = workdir / ".curl"
     curl_home.mkdir()
     port = server.url.rsplit(":", 1)[1]
     (curl_home / ".curlrc").write_text(f"connect-to = localhost:8080:127.0.0.1:{port}\n"
                                        f"connect-to = 127.0.0.1:8080:127.0.0.1:{port}\n"
                                        "fail-with-body\nsilent\nshow-error\n")
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
-           "VIGIL_URL": server.url, "CURL_HOME": str(curl_home)}
-    for name in ("VIGIL_API_KEYS", "VIGIL_API_KEY"):
-        env.pop(name, None)
-    return env
+    return {**env, "VIGIL_URL": server.url, "CURL_HOME": str(curl_home)}
 
 
 def test_example_spec_is_the_readmes():
@@ -224,14 +234,27 @@ def test_tables_name_readme_commands():
     assert not set(RUN_AS) & set(NOT_RUN)
 
 
-@pytest.mark.parametrize("command", COMMANDS, ids=COMMANDS)
-def test_readme_command(command, workdir, env):
+def run_readme_command(command: str, workdir: Path, env: dict[str, str]) -> None:
     if command in NOT_RUN:
         pytest.skip(NOT_RUN[command])
     run = RUN_AS[command][0] if command in RUN_AS else required_part(command)
-    proc = subprocess.run(["bash", "-c", run], cwd=workdir, env=env, capture_output=True, text=True, timeout=550)
+    proc = run_command(["bash", "-c", run], 550, cwd=workdir, env=env)
     assert proc.returncode == 0, f"{run}\nexit {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     if command in EXPECT:
         assert EXPECT[command] in proc.stdout, f"{run}: {EXPECT[command]!r} not in\n{proc.stdout[-3000:]}"
     for path in CREATES.get(command, ()):
         assert (workdir / path).is_file(), f"{run} did not write {path}"
+
+
+OFFLINE = [c for c in COMMANDS if not c.startswith(SERVED)]
+ONLINE = [c for c in COMMANDS if c.startswith(SERVED)]
+
+
+@pytest.mark.parametrize("command", OFFLINE, ids=OFFLINE)
+def test_readme_command(command, workdir, env):
+    run_readme_command(command, workdir, env)
+
+
+@pytest.mark.parametrize("command", ONLINE, ids=ONLINE)
+def test_served_readme_command(command, workdir, served_env):
+    run_readme_command(command, workdir, served_env)

@@ -9,6 +9,7 @@ import av
 import numpy as np
 import pytest
 
+from support.processes import run_command
 from apps.spec import load_spec
 from support.clips import BUNDLED, load_truth
 from sample_videos.render import RenderConfig, write_clip
@@ -147,6 +148,7 @@ def test_line_counts_match_truth_on_other_seeds(seed, tmp_path):
     assert dwell_errors(tmp_path / "out", truth, 0.12) == []
 
 
+@pytest.mark.slow
 def test_outputs_are_written_and_consistent(short_clip, tmp_path):
     clip, truth = short_clip
     specs = [load_spec(n) for n in ("people-counter", "vehicle-counter", "motion")]
@@ -171,6 +173,7 @@ def test_outputs_are_written_and_consistent(short_clip, tmp_path):
         assert sum(1 for _ in video.decode(video=0)) == truth["num_frames"]
 
 
+@pytest.mark.slow
 def test_clips_hold_each_events_frame(tmp_path):
     """`--clips`: each event names a clip of the file around it, and the event's own
     frame is in it (remuxed: the very pixels the file decodes to)."""
@@ -194,15 +197,17 @@ def test_clips_need_a_file(tmp_path):
 
 
 def vigil(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "vigil", *args], capture_output=True, text=True, timeout=300)
+    return run_command([sys.executable, "-m", "vigil", *args], 300)
 
 
+@pytest.mark.slow
 def test_cli_missing_file_is_one_line(tmp_path):
     r = vigil("run", str(tmp_path / "nope.mp4"), "--out", str(tmp_path / "o"))
     assert r.returncode == 1
     assert r.stderr.strip() == f"error: {tmp_path / 'nope.mp4'}: no such file"
 
 
+@pytest.mark.slow
 def test_cli_not_a_video_is_one_line(tmp_path):
     bogus = tmp_path / "bogus.mp4"
     bogus.write_text("hello")
@@ -211,6 +216,7 @@ def test_cli_not_a_video_is_one_line(tmp_path):
     assert len(r.stderr.strip().splitlines()) == 1 and "not a video" in r.stderr and str(bogus) in r.stderr
 
 
+@pytest.mark.slow
 def test_cli_truncated_file_keeps_what_was_decoded(short_clip, tmp_path):
     clip, truth = short_clip
     cut = tmp_path / "cut.mp4"
@@ -225,6 +231,7 @@ def test_cli_truncated_file_keeps_what_was_decoded(short_clip, tmp_path):
     assert summary["apps"]["motion"]["frames"] > 0  # the frames before the damage were analysed
 
 
+@pytest.mark.slow
 def test_cli_bad_app_spec_names_the_field(tmp_path):
     spec = tmp_path / "bad.yaml"
     spec.write_text("name: bad\ndetector: motion\nslo_ms: -1\n")
@@ -232,6 +239,7 @@ def test_cli_bad_app_spec_names_the_field(tmp_path):
     assert r.returncode == 2 and "slo_ms" in r.stderr and "-1" in r.stderr and "Traceback" not in r.stderr
 
 
+@pytest.mark.slow
 def test_cli_help_lists_commands():
     r = vigil("--help")
     assert r.returncode == 0 and "run" in r.stdout and "bench" in r.stdout

@@ -33,6 +33,7 @@ def alive(pid: int) -> bool:
         return f.read().rsplit(")", 1)[1].split()[0] != "Z"
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's")
 def test_a_killed_bench_takes_its_server_with_it():
     bench = subprocess.Popen([sys.executable, "-c", BENCH], stdout=subprocess.PIPE, text=True)

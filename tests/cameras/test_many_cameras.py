@@ -7,10 +7,7 @@ profile on this machine, as the server reports it: enough cameras to offer what 
 lanes could run with no host work at all, which the served path, which also decodes and
 tracks on the same cores, cannot reach. The highest-priority app keeps its SLO while
 the others are shed, equal apps share the misses, an app with min_fps gives up rate
-first, and the overload is visible in the API, in /metrics and in the log.
-
-(Its own folder, so that it runs before the suites whose servers live for the whole
-session: beside them the machine is not the one measured here.)"""
+first, and the overload is visible in the API, in /metrics and in the log."""
 
 from __future__ import annotations
 
@@ -22,6 +19,8 @@ import httpx
 import pytest
 
 from support.processes import VigilServer, wait_for
+
+pytestmark = pytest.mark.exclusive  # the overload it makes is measured against this machine's own profile
 
 MIN_N, MAX_N = 12, 40
 CLIP_FPS, HIGH_FPS = 15.0, 5.0

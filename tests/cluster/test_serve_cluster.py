@@ -27,6 +27,7 @@ from vigil.service import Vigil
 from vigil.settings import MODELS_DIR, Cluster, Settings
 
 pytest.importorskip("ray")
+pytestmark = pytest.mark.slow  # a Ray head and `vigil serve --cluster`, or a server that waits out a bad address
 
 APPS = ("people-counter", "vehicle-counter")  # two apps on one frame: the backbone runs once for both
 

@@ -23,6 +23,7 @@ def test_others_are_the_busy_ticks_less_this_process_s_own(monkeypatch):
     assert others_cores((cpu_times(BEFORE), 50, 10.0), (cpu_times(AFTER), 170, 10.1)) is None  # too short to tell
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_a_process_spinning_beside_is_seen_and_this_process_s_own_work_is_not():
     spin = "import time\nend = time.time() + 30\nwhile time.time() < end: pass"
@@ -34,9 +35,18 @@ def test_a_process_spinning_beside_is_seen_and_this_process_s_own_work_is_not():
     finally:
         spinner.kill()
         spinner.wait()
-    with OthersLoad() as alone:
-        end = time.monotonic() + 1.0
-        while time.monotonic() < end:
-            pass
     assert beside.cores is not None and beside.cores > 0.6
-    assert alone.cores is not None and alone.cores < 0.4
+    # This process spinning adds nothing to others' load: measured against windows in
+    # which it sleeps, taken in turn, so that other work on the machine (the suite's
+    # other workers) falls on both alike.
+    added = []
+    for _ in range(3):
+        with OthersLoad() as sleeping:
+            time.sleep(0.6)
+        with OthersLoad() as alone:
+            end = time.monotonic() + 0.6
+            while time.monotonic() < end:
+                pass
+        assert sleeping.cores is not None and alone.cores is not None
+        added.append(alone.cores - sleeping.cores)
+    assert sorted(added)[1] < 0.4, added

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import platform
 
+import pytest
+
 from engine.profiles import Profile, cpu_model, device_key, measure
 
 
@@ -72,6 +74,7 @@ def test_the_efficient_batch_is_the_largest_near_the_best_rate():
 
 
 
+@pytest.mark.slow
 def test_a_cpu_profile_is_keyed_by_the_cpu_model_not_only_the_architecture():
     """A profile stored on one CPU must not plan for another of the same architecture."""
     xeon = "processor\t: 0\nmodel name\t: Intel(R) Xeon(R) CPU @ 2.20GHz\nflags\t: fpu\n"

@@ -61,6 +61,7 @@ def assert_equal(got, want: dict) -> None:
     np.testing.assert_array_equal(got.class_id, want["labels"].numpy())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("split", [(), ("backbone", "head")], ids=["whole", "split"])
 @pytest.mark.parametrize("arch", sorted(ARCHS))
 def test_detections_equal_the_model_called_directly(tmp_path, frame, arch, split):
@@ -73,6 +74,7 @@ def test_detections_equal_the_model_called_directly(tmp_path, frame, arch, split
     assert_equal(got, direct(model, frame))
 
 
+@pytest.mark.slow
 def test_detectors_with_one_backbone_share_its_fragment(tmp_path, frame):
     arch = "fasterrcnn_mobilenet_v3_large_320_fpn"
     split = ("backbone", "head")

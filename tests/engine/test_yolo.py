@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 from repo import write_model
-from support.processes import VigilServer
+from support.processes import run_command, VigilServer
 
 from engine.engine import Engine
 from engine.repository import ModelRepository, RepositoryError
@@ -194,6 +194,7 @@ def yolo_server(tmp_path_factory):
     write_yolo(root, "onnx", "yolo", v8_output())
     # the same layout with every score under min_score: it never finds anything
     write_yolo(root, "torchscript", "yolo", v8_output() * torch.tensor([1, 1, 1, 1, 0.1, 0.1, 0.1])[:, None], "blind")
+    # its own: a repository holding the YOLO models
     server = VigilServer(tmp_path_factory.mktemp("yolo-serve") / "data",
                          config={"model_repository": str(root), "llm_model": None, "quiet_after_s": 4}).start(120)
     yield server
@@ -229,6 +230,7 @@ def test_an_app_whose_model_finds_nothing_says_so(yolo_server):
     assert sees["status"] == "running" and sees["warning"] is None
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind, make", [("yolo", v8_output), ("yolov5", v5_output),
                                         ("yolo_end2end", end2end_output)])
 def test_vigil_run_writes_ultralytics_detections_and_tracks_them(tmp_path, kind, make):
@@ -250,9 +252,9 @@ def test_vigil_run_writes_ultralytics_detections_and_tracks_them(tmp_path, kind,
     (tmp_path / "app.yaml").write_text(yaml.safe_dump({"name": "finder", "detector": "yolo", "slo_ms": 60000,
                                                        "min_confidence": 0.0, "tracker": {"min_hits": 2}}))
     out = tmp_path / "out"
-    subprocess.run([sys.executable, "-m", "vigil", "run", str(clip), "--models", str(root), "--app",
-                    str(tmp_path / "app.yaml"), "--out", str(out), "--no-video", "--detections", "-q"],
-                   check=True, timeout=300)
+    done = run_command([sys.executable, "-m", "vigil", "run", str(clip), "--models", str(root), "--app",
+                        str(tmp_path / "app.yaml"), "--out", str(out), "--no-video", "--detections", "-q"], 300)
+    assert done.returncode == 0, done.stderr
     rows = [json.loads(line) for line in (out / "detections.jsonl").read_text().splitlines()]
     assert [r["frame_id"] for r in rows] == list(range(6))
     want = reference(kind, make())

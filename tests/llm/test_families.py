@@ -135,6 +135,7 @@ def served_families(tmp_path_factory):
     save_family(folder, "qwen3")
     config = json.loads((folder / "tokenizer_config.json").read_text())
     (folder / "tokenizer_config.json").write_text(json.dumps({**config, "chat_template": CHAT_TEMPLATE}))
+    # its own: a repository holding the LLM families
     server = VigilServer(tmp_path_factory.mktemp("llm-serve") / "data",
                          config={"model_repository": str(root), "llm_model": "qwen3", "caption_every_s": 0})
     server.start(180)

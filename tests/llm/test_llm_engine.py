@@ -98,6 +98,7 @@ def test_bad_requests_are_refused_with_the_field(tiny):
         SamplingParams(max_tokens=0)
 
 
+@pytest.mark.slow
 def test_no_kv_leak_after_ten_thousand_requests(tiny):
     e = engine(tiny, num_blocks=48, max_num_seqs=64, max_step_tokens=512)  # small pool: preemptions too
     rng = random.Random(0)
@@ -119,6 +120,7 @@ def test_no_kv_leak_after_ten_thousand_requests(tiny):
     assert not e.running and not e.waiting
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("lanes", [1, 2])
 def test_llm_steps_keep_their_share_beside_a_saturated_vision_engine(tiny, lanes):
     """SceneDet's queue never empties (two clients keep 12 frames each outstanding): the

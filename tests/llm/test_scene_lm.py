@@ -72,6 +72,7 @@ def held_out_facts(seeds: list[int]) -> list[SceneFacts]:
     return [f for s in seeds for f in clip_facts(s, rng)]
 
 
+@pytest.mark.slow
 def test_captions_name_the_right_classes_and_counts(engine):
     facts = held_out_facts([9100, 9101])  # seeds the training never saw
     captions = generate_all(engine, [caption_prompt(f) for f in facts], max_tokens=96)

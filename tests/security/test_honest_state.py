@@ -8,6 +8,7 @@ import json
 import sqlite3
 
 import httpx
+import pytest
 
 from support.processes import ROOT, VigilServer, wait_for
 
@@ -65,9 +66,11 @@ def _events(api, **params) -> list[dict]:
         after = page["next_after_id"]
 
 
+@pytest.mark.slow
 def test_a_restart_starts_a_new_run_whose_times_and_ids_never_mix_with_the_last(tmp_path):
     data = tmp_path / "data"
     clip = str(ROOT / "sample_videos" / "street_c.mp4")
+    # its own: it stops the server and starts it again
     srv = VigilServer(data).start()
     try:
         with httpx.Client(base_url=srv.url, timeout=60) as api:

@@ -13,14 +13,14 @@ import time
 import httpx
 import pytest
 
-from support.processes import ROOT, VigilServer, free_port, wait_for
+from support.processes import ROOT, free_port, run_command, VigilServer, wait_for
 
 
 def serve_once(*args: str, cwd=ROOT, timeout_s: float = 90, preexec_fn=None) -> subprocess.CompletedProcess:
     """`vigil serve` that is expected to stop by itself (it cannot start)."""
     env = {k: v for k, v in os.environ.items() if k != "VIGIL_API_KEYS"}
-    return subprocess.run([sys.executable, "-m", "vigil", "serve", "--device", "cpu", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=timeout_s, preexec_fn=preexec_fn)
+    return run_command([sys.executable, "-m", "vigil", "serve", "--device", "cpu", *args], timeout_s, cwd=cwd,
+                       env=env, preexec_fn=preexec_fn)
 
 
 def test_a_port_in_use_is_one_clear_error_not_a_shared_port(guarded, tmp_path):
@@ -69,6 +69,7 @@ def test_starting_on_a_full_disk_says_so(small_disk):
 
 
 def test_a_disk_that_fills_up_is_507_said_once_and_healed_by_room(small_disk):
+    # its own: its data folder is on a small disk
     srv = VigilServer(small_disk / "data", extra=["--grpc-port", "0"]).start()
     try:
         with httpx.Client(base_url=srv.url, timeout=60) as api:
@@ -97,6 +98,7 @@ def test_a_disk_that_fills_up_is_507_said_once_and_healed_by_room(small_disk):
     assert "Traceback" not in logs
 
 
+@pytest.mark.slow
 def test_more_sockets_than_descriptors_leave_the_server_and_its_streams_alone(tmp_path):
     """RLIMIT_NOFILE 512 and limits.max_connections 5000: the server caps connections
     below its descriptors, so 1000 idle sockets cannot run it out (they once did: every
@@ -105,6 +107,7 @@ def test_more_sockets_than_descriptors_leave_the_server_and_its_streams_alone(tm
     def low_fd_limit():
         resource.setrlimit(resource.RLIMIT_NOFILE, (512, 512))
 
+    # its own: other limits, and a low descriptor limit
     srv = VigilServer(tmp_path / "data", config={"limits": {"max_connections": 5000, "header_timeout_s": 60}},
                       preexec_fn=low_fd_limit).start()
     socks = []

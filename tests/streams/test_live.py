@@ -105,6 +105,7 @@ def test_max_reconnects_ends_in_failed():
         stream.stop()
 
 
+@pytest.mark.slow
 def test_rtsp_camera_killed_and_restarted_recovers_with_the_gap_reported(bundled_clips):
     server = RtspServer(bundled_clips[0]).start()
     stream = ManagedStream("cam", server.url, StreamOptions(**FAST)).start()
@@ -129,6 +130,7 @@ def test_rtsp_camera_killed_and_restarted_recovers_with_the_gap_reported(bundled
         server.stop()
 
 
+@pytest.mark.slow
 def test_a_camera_sampled_below_its_rate_skips_decoding_unreferenced_frames(bundled_clips):
     """A live camera (its H.264 has B-frames) with a demand of a third of its rate: the
     frames delivered keep to the demand, and the decoder is spared the non-reference
@@ -149,6 +151,7 @@ def test_a_camera_sampled_below_its_rate_skips_decoding_unreferenced_frames(bund
         server.stop()
 
 
+@pytest.mark.slow
 def test_udp_transport_receives_frames(bundled_clips):
     server = RtspServer(bundled_clips[0]).start()
     stream = ManagedStream("cam", server.url, StreamOptions(**{**FAST, "transport": "udp"})).start()
@@ -159,6 +162,7 @@ def test_udp_transport_receives_frames(bundled_clips):
         server.stop()
 
 
+@pytest.mark.slow
 def test_http_source_through_ffmpeg_reconnects_at_the_end(bundled_clips):
     """An HTTP source (here a clip served by a real HTTP server) is live: decoded
     through FFmpeg's HTTP client, and when it ends it is opened again."""

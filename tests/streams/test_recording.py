@@ -156,6 +156,7 @@ def test_a_recording_that_cannot_be_written_leaves_the_stream_alone(tmp_path, sh
     assert sum("recording to" in r.getMessage() for r in caplog.records) == 1  # logged once
 
 
+@pytest.mark.slow
 def test_a_live_camera_is_recorded_in_wall_clock_time(tmp_path, bundled_clips):
     server = RtspServer(bundled_clips[0]).start()
     folder = tmp_path / "cam"

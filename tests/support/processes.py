@@ -12,10 +12,29 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 SYSTEM_PYTHON = "/usr/bin/python3"  # Debian's, with python3-gi and gst-rtsp-server
+TEST_TIMEOUT_S = 600  # pytest's own limit on a test (pyproject.toml's `timeout`; tests/test_layers.py checks)
+
+
+def run_command(args: list[str], timeout_s: float, **kwargs) -> subprocess.CompletedProcess:
+    """`subprocess.run` with its output kept as text. A command still running after
+    `timeout_s` (under pytest's own limit, so that this fires first) fails the test
+    with the command and the last of what it printed."""
+    if not 0 < timeout_s < TEST_TIMEOUT_S:
+        raise ValueError(f"timeout_s must be in (0, {TEST_TIMEOUT_S}) (pytest's own limit); was {timeout_s}")
+    try:
+        return subprocess.run(args, capture_output=True, text=True, timeout=timeout_s, **kwargs)
+    except subprocess.TimeoutExpired as exc:
+        def tail(out) -> str:
+            text = out.decode(errors="replace") if isinstance(out, bytes) else (out or "")
+            return text[-3000:] or "(nothing)"
+
+        pytest.fail(f"{' '.join(map(str, args))} still running after {timeout_s} s\nstdout: {tail(exc.stdout)}\n"
+                    f"stderr: {tail(exc.stderr)}", pytrace=False)
 
 
 def free_port() -> int:

@@ -28,6 +28,7 @@ def server(tmp_path_factory, short_clip):
         {"name": "bad", "url": str(clip), "options": {"loop": True},
          "apps": [{"name": "bad-app", "detector": "nope"}, {"name": "bad-motion", "detector": "motion"}]},
     ]
+    # its own: the cameras are its config
     srv = VigilServer(tmp_path_factory.mktemp("cameras") / "data", config=config(clip, cameras),
                       media_dirs=[clip.parent]).start()
     api = httpx.Client(base_url=srv.url, timeout=60)

@@ -69,6 +69,7 @@ def test_without_the_privilege_to_come_back_it_stays_and_says_so(idle_thread, mo
     assert len(warnings) == 1, warnings
 
 
+@pytest.mark.slow
 def test_the_lower_priority_streams_threads_go_to_the_background(short_clip):
     if BASE + BACKGROUND_NICE > 19:
         pytest.skip("this process runs too nice already")

@@ -7,13 +7,13 @@ constraint the server enforces)."""
 from __future__ import annotations
 
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import httpx
+import pytest
 
-from support.processes import VigilServer, wait_for
+from support.processes import run_command, VigilServer, wait_for
 
 # What no static schema can say, so these operations are left out of the "valid data
 # is accepted" check (and only of it): whether /v1/ask understands a question depends
@@ -27,9 +27,11 @@ checks.positive_data_acceptance.enabled = false
 """
 
 
+@pytest.mark.slow
 def test_fuzzing_the_openapi_schema_finds_no_server_errors_nor_undocumented_behaviour(tmp_path, short_clip):
     clip, _ = short_clip
     # few streams: fuzzed synthetic:// streams render on the CPU
+    # its own: the fuzzer adds and deletes streams and apps at will
     srv = VigilServer(tmp_path / "data", config={"limits": {"max_streams": 3, "max_apps": 3}},
                       media_dirs=[clip.parent]).start()
     config = tmp_path / "schemathesis.toml"
@@ -41,10 +43,10 @@ def test_fuzzing_the_openapi_schema_finds_no_server_errors_nor_undocumented_beha
                             ).status_code == 201
             assert api.post("/v1/apps", json={"name": "m", "source": "s", "detector": "motion"}).status_code == 201
         st = shutil.which("schemathesis", path=str(Path(sys.executable).parent)) or "schemathesis"
-        out = subprocess.run([st, "--config-file", str(config), "run", f"{srv.url}/openapi.json",
-                              "--max-examples", "25", "--seed", "7", "--request-timeout", "30",
-                              "--exclude-path", "/v1/overview/stream"],  # an endless event stream
-                             capture_output=True, text=True, timeout=900)
+        out = run_command([st, "--config-file", str(config), "run", f"{srv.url}/openapi.json",
+                           "--max-examples", "25", "--seed", "7", "--request-timeout", "30",
+                           "--exclude-path", "/v1/overview/stream"],  # an endless event stream
+                          480)
         assert out.returncode == 0, out.stdout[-8000:] + out.stderr[-2000:]
         assert "No issues found" in out.stdout or "passed" in out.stdout, out.stdout[-3000:]
     finally:

@@ -105,7 +105,9 @@ def test_model_status(server):
     client.close()
 
 
+@pytest.mark.slow
 def test_grpc_auth(tmp_path):
+    # its own: API keys are the whole server's (the shared one runs without)
     srv = VigilServer(tmp_path / "data", api_keys="grpc-key").start()
     try:
         anonymous = GrpcClient(f"127.0.0.1:{srv.grpc_port}")

@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from support.clips import BUNDLED
-from support.processes import VigilServer
+from support.processes import run_command, VigilServer
 
 LABELS = ["bus", "car", "person", "bike", "tree", "sign"]
 SPEC = {"name": "cls", "adapter": "torchvision", "arch": "resnet18", "weights": "random", "seed": 5,
@@ -20,6 +20,7 @@ def served(tmp_path_factory):
     repo = tmp_path_factory.mktemp("cls-repo")
     (repo / "cls" / "1").mkdir(parents=True)
     (repo / "cls" / "1" / "model.yaml").write_text(yaml.safe_dump(SPEC))
+    # its own: a repository holding the classifier
     server = VigilServer(tmp_path_factory.mktemp("cls-serve") / "data",
                          config={"model_repository": str(repo), "llm_model": None}).start(120)
     yield server, repo
@@ -68,9 +69,10 @@ def test_vigil_run_carries_the_classifiers_classes_into_events_and_summary(serve
     (tmp_path / "app.yaml").write_text(yaml.safe_dump({"name": "scene", "detector": "cls", "slo_ms": 60000,
                                                        "min_confidence": 0.0, "top_k": 3}))
     out = tmp_path / "out"
-    subprocess.run([sys.executable, "-m", "vigil", "run", str(BUNDLED[0]), "--models", str(repo), "--app",
-                    str(tmp_path / "app.yaml"), "--out", str(out), "--no-video", "--detections", "--max-frames", "8",
-                    "-q"], check=True, timeout=300)
+    done = run_command([sys.executable, "-m", "vigil", "run", str(BUNDLED[0]), "--models", str(repo), "--app",
+                        str(tmp_path / "app.yaml"), "--out", str(out), "--no-video", "--detections", "--max-frames",
+                        "8", "-q"], 300)
+    assert done.returncode == 0, done.stderr
     model = load_model(ModelRepository(repo).spec("cls", 1), repo / "cls" / "1", 1, "cpu")
     with av.open(str(BUNDLED[0])) as container:
         frames = [f.to_ndarray(format="rgb24") for f, _ in zip(container.decode(video=0), range(8))]

@@ -86,6 +86,7 @@ def closed(s: socket.socket) -> bool:
         return True
 
 
+@pytest.mark.slow
 def test_a_connection_younger_than_the_grace_is_not_evicted_and_an_older_one_is(capped_server):
     """Past the cap, a newcomer gets 503 while every idle connection is younger than the
     grace (its request may be on its way, read in the loop's next turn); once the

@@ -6,16 +6,17 @@ import json
 import subprocess
 import sys
 
+import pytest
 import yaml
 
-from support.processes import ROOT
+from support.processes import ROOT, run_command
 
 
 def check(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "vigil", "models", "check", *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=300)
+    return run_command([sys.executable, "-m", "vigil", "models", "check", *args], 300, cwd=ROOT)
 
 
+@pytest.mark.slow
 def test_a_model_folder_shows_what_it_decoded_and_its_latency_per_batch():
     out = check(str(ROOT / "configs" / "models" / "scenedet"), "--json")  # the model folder: its newest version
     assert out.returncode == 0, out.stderr
@@ -31,6 +32,7 @@ def test_a_model_folder_shows_what_it_decoded_and_its_latency_per_batch():
     assert text.returncode == 0 and "person_head:" in text.stdout and "latency per batch" in text.stdout
 
 
+@pytest.mark.slow
 def test_a_broken_model_yaml_is_one_line_naming_the_file_and_field(tmp_path):
     folder = tmp_path / "mine" / "1"
     folder.mkdir(parents=True)

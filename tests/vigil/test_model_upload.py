@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import io
 import os
-import subprocess
 import sys
 import tarfile
 import zipfile
@@ -14,7 +13,7 @@ import httpx
 import pytest
 import yaml
 
-from support.processes import ROOT, VigilServer
+from support.processes import ROOT, run_command, VigilServer
 
 KEY = "upload-key"
 HOG = {"name": "hog-up", "adapter": "opencv_hog", "output": "detections", "labels": ["person"],
@@ -24,6 +23,7 @@ HOG = {"name": "hog-up", "adapter": "opencv_hog", "output": "detections", "label
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     repo = tmp_path_factory.mktemp("upload-repo")
+    # its own: uploads add versions to the repository it serves
     s = VigilServer(tmp_path_factory.mktemp("upload-serve") / "data", api_keys=KEY,
                     config={"model_repository": str(repo), "llm_model": None,
                             "limits": {"max_model_upload_bytes": 1 << 20}})
@@ -62,8 +62,8 @@ def test_the_cli_adds_a_folder_as_the_next_version(server, tmp_path):
     (folder / "model.yaml").write_text(yaml.safe_dump(HOG))
     env = {**os.environ, "VIGIL_API_KEY": KEY}
     for expected in (1, 2):
-        out = subprocess.run([sys.executable, "-m", "vigil", "models", "add", "hog-up", str(folder), "--url",
-                              server.url], cwd=ROOT, capture_output=True, text=True, timeout=120, env=env)
+        out = run_command([sys.executable, "-m", "vigil", "models", "add", "hog-up", str(folder), "--url",
+                           server.url], 120, cwd=ROOT, env=env)
         assert out.returncode == 0, out.stderr
         assert f'"added_version": {expected}' in out.stdout
     assert sorted(p.name for p in (server.repo / "hog-up").iterdir()) == ["1", "2"]

@@ -76,6 +76,7 @@ def test_every_event_arrives_and_the_retained_counts_equal_the_apps(tmp_path, bu
               "snapshots": {"enabled": True},
               "cameras": [{"name": "cam", "url": str(bundled_clips[0]), "options": {"realtime": False},
                            "apps": ["people-counter"]}]}
+    # its own: an MQTT sink in its config
     srv = VigilServer(tmp_path / "data", config=config).start()
     answered: dict[str, int | str] = {}  # snapshot URL -> its status when the message naming it came
     handled: list[int] = []  # ids of the events the subscriber has finished with

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -12,7 +11,7 @@ import httpx
 import pytest
 import yaml
 
-from support.processes import ROOT, RtspServer, VigilServer, free_port, wait_for
+from support.processes import ROOT, free_port, RtspServer, run_command, VigilServer, wait_for
 
 
 def test_health_ready_docs_and_openapi(api):
@@ -186,12 +185,10 @@ def test_the_server_runs_under_jemalloc_when_it_is_installed(server):
 
 
 def test_cli_talks_to_the_api(server):
-    out = subprocess.run([sys.executable, "-m", "vigil", "streams", "list", "--url", server.url],
-                         capture_output=True, text=True, cwd=ROOT, timeout=60)
+    out = run_command([sys.executable, "-m", "vigil", "streams", "list", "--url", server.url], 60, cwd=ROOT)
     assert out.returncode == 0, out.stderr
     assert "street" in [s["name"] for s in json.loads(out.stdout)]
-    out = subprocess.run([sys.executable, "-m", "vigil", "apps", "get", "nosuch", "--url", server.url],
-                         capture_output=True, text=True, cwd=ROOT, timeout=60)
+    out = run_command([sys.executable, "-m", "vigil", "apps", "get", "nosuch", "--url", server.url], 60, cwd=ROOT)
     assert out.returncode == 1 and "404" in out.stderr
 
 
@@ -199,9 +196,8 @@ def test_the_readmes_streams_add_registers_the_callers_file(server, tmp_path):
     """`vigil streams add lobby sample_videos/street_a.mp4` from the project folder, as the
     README has it: the positional url is the camera (not the server's --url), and the
     relative path is the caller's, sent absolute."""
-    out = subprocess.run([sys.executable, "-m", "vigil", "streams", "add", "readme-lobby", "sample_videos/street_a.mp4",
-                          "--options", '{"loop": false}', "--url", server.url],
-                         capture_output=True, text=True, cwd=ROOT, timeout=60)
+    out = run_command([sys.executable, "-m", "vigil", "streams", "add", "readme-lobby", "sample_videos/street_a.mp4",
+                       "--options", '{"loop": false}', "--url", server.url], 60, cwd=ROOT)
     assert out.returncode == 0, out.stderr
     try:
         assert json.loads(out.stdout)["url"] == str(ROOT / "sample_videos" / "street_a.mp4")
@@ -209,7 +205,9 @@ def test_the_readmes_streams_add_registers_the_callers_file(server, tmp_path):
         httpx.delete(f"{server.url}/v1/streams/readme-lobby", timeout=30)
 
 
+@pytest.mark.slow
 def test_restart_brings_back_streams_and_apps_and_flushes_events(tmp_path, bundled_clips):
+    # its own: it stops the server and starts it again
     srv = VigilServer(tmp_path / "data").start()
     camera = RtspServer(bundled_clips[1]).start()
     try:
@@ -244,8 +242,10 @@ def _stored_events(db, app: str) -> list[str]:
         return [r[0] for r in conn.execute("SELECT type FROM events WHERE app = ?", (app,))]
 
 
+@pytest.mark.slow
 def test_auth_guards_mutations_and_keys_never_reach_the_logs(tmp_path, short_clip):
     clip, _ = short_clip
+    # its own: API keys are the whole server's (the shared one runs without)
     srv = VigilServer(tmp_path / "data", api_keys="k1-topsecret,k2-topsecret", media_dirs=[clip.parent]).start()
     try:
         with httpx.Client(base_url=srv.url, timeout=60) as api:

@@ -2,12 +2,12 @@
 to real apps over a rendered clip, and the command's answers to bad arguments."""
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from support.processes import run_command
 from apps.spec import load_spec
 from vigil.tracking_eval import (Clip, TRACKED_APPS, bundled_clips, counted_stays, eval_tracking, run_on_truth,
                                  stay_outcomes, stays_followed, stays_within, truth_boxes)
@@ -161,6 +161,7 @@ def test_given_the_truths_boxes_the_tracker_keeps_people_in_a_crowd(name, floor)
     assert stays_followed(run_on_truth(clip, specs), clip.truth, specs) >= floor
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args, message", [
     (["tracking", "--version", "2"], "--version is for `vigil eval detector`"),
     (["detector", "--app", "people-counter"], "--app is for `vigil eval tracking`"),
@@ -168,8 +169,7 @@ def test_given_the_truths_boxes_the_tracker_keeps_people_in_a_crowd(name, floor)
     (["tracking", "--clips", "0"], "--clips must be in 1..100"),
 ])
 def test_bad_arguments_are_named(args, message):
-    done = subprocess.run([sys.executable, "-m", "vigil", "eval", *args], capture_output=True, text=True,
-                          timeout=120)
+    done = run_command([sys.executable, "-m", "vigil", "eval", *args], 120)
     assert done.returncode == 1 and message in done.stderr, done.stderr
     assert done.stdout == ""
 

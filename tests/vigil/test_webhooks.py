@@ -12,6 +12,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
+import pytest
 
 from support.processes import VigilServer, free_port, settled, wait_for
 from vigil.snapshots import with_links
@@ -44,6 +45,7 @@ class Receiver:
         self.server.server_close()
 
 
+@pytest.mark.slow
 def test_every_event_is_delivered_once_in_order_and_signed_through_an_outage_and_a_restart(tmp_path,
                                                                                            bundled_clips):
     port = free_port()
@@ -52,6 +54,7 @@ def test_every_event_is_delivered_once_in_order_and_signed_through_an_outage_and
                                       "max_backoff_s": 1.0}]},
               "cameras": [{"name": "cam", "url": str(bundled_clips[1]), "options": {"realtime": False},
                            "apps": ["people-counter"]}]}
+    # its own: a webhook sink in its config, and a restart
     srv = VigilServer(tmp_path / "data", config=config).start()
     receiver = None
     started = time.monotonic()

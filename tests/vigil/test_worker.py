@@ -13,6 +13,8 @@ from streams.live import ManagedStream, StreamOptions
 from support.processes import ROOT, wait_for
 from vigil.worker import StreamWorker
 
+pytestmark = pytest.mark.slow  # a looping stream through the real engine, for seconds a test
+
 
 @pytest.fixture
 def worker(short_clip):

@@ -1,0 +1,34 @@
+"""The built-in models' batch profiles, measured once before the workers start.
+
+A profile measured while other processes are busy is used for that run and never
+stored (engine/servables.py), and once the suite's workers run side by side the
+machine is never quiet: on a fresh clone every server, offline run and backend would
+profile SceneDet again, slowly and wrongly. So the suite measures them first, on the
+quiet machine, with one lane of every core and with one lane per core (the two thread
+counts its engines run batches on); where they are stored already this only checks
+that they are not stale.
+"""
+
+from __future__ import annotations
+
+import time
+
+from engine.engine import Engine
+from engine.repository import ModelRepository
+
+from support.processes import ROOT
+
+MODELS = {"scenedet": [1, 2], "hog-people": None}  # name -> versions (None: the model's policy)
+
+
+def warm_profiles(log) -> None:
+    t0 = time.monotonic()
+    repository = ModelRepository(ROOT / "configs" / "models")
+    for lanes in (1, None):  # one lane of every core; a lane per core
+        engine = Engine(repository, "cpu", lanes=lanes)
+        try:
+            for name, versions in MODELS.items():
+                engine.load(name, versions)
+        finally:
+            engine.close()
+    log(f"profiles of {', '.join(MODELS)} ready in {time.monotonic() - t0:.1f} s")
