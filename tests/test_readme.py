@@ -27,7 +27,7 @@ import httpx
 import pytest
 import yaml
 
-from support.processes import ROOT, run_command, VigilServer, wait_for
+from support.processes import ROOT, VigilServer, run_command, wait_for
 
 pytestmark = pytest.mark.slow
 

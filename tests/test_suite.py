@@ -18,8 +18,9 @@ def item(nodeid: str, fixtures: dict[str, str], module: str = "tests.test_x", gr
     """A collected test as the tiers see it: `fixtures` maps a fixture's name to its scope."""
     defs = {name: [SimpleNamespace(scope=scope, baseid="tests/vigil")] for name, scope in fixtures.items()}
     marker = SimpleNamespace(args=(group,)) if group else None
-    return SimpleNamespace(nodeid=nodeid, fixturenames=list(fixtures), _fixtureinfo=SimpleNamespace(name2fixturedefs=defs),
-                           module=SimpleNamespace(__name__=module), get_closest_marker=lambda name: marker)
+    return SimpleNamespace(nodeid=nodeid, fixturenames=list(fixtures),
+                           _fixtureinfo=SimpleNamespace(name2fixturedefs=defs), module=SimpleNamespace(__name__=module),
+                           get_closest_marker=lambda name: marker)
 
 
 @pytest.mark.parametrize("fixtures, group", [

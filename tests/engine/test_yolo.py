@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 from repo import write_model
-from support.processes import run_command, VigilServer
+from support.processes import VigilServer, run_command
 
 from engine.engine import Engine
 from engine.repository import ModelRepository, RepositoryError

@@ -13,7 +13,7 @@ import time
 import httpx
 import pytest
 
-from support.processes import ROOT, free_port, run_command, VigilServer, wait_for
+from support.processes import ROOT, VigilServer, free_port, run_command, wait_for
 
 
 def serve_once(*args: str, cwd=ROOT, timeout_s: float = 90, preexec_fn=None) -> subprocess.CompletedProcess:

@@ -17,7 +17,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 SYSTEM_PYTHON = "/usr/bin/python3"  # Debian's, with python3-gi and gst-rtsp-server
-TEST_TIMEOUT_S = 600  # pytest's own limit on a test (pyproject.toml's `timeout`; tests/test_layers.py checks)
+TEST_TIMEOUT_S = 600  # pytest's own limit on a test (pyproject.toml's `timeout`; tests/test_suite.py checks)
 
 
 def run_command(args: list[str], timeout_s: float, **kwargs) -> subprocess.CompletedProcess:

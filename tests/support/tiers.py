@@ -77,12 +77,10 @@ class Tiers:
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_teardown(self, item, nextitem):
         result = yield
-        info = getattr(item, "_fixtureinfo", None)
         later = set(nextitem.fixturenames) if nextitem is not None else set()
-        for name in sorted(set(item.fixturenames) & SLOW_FIXTURES - later) if info is not None else ():
-            for fixturedef in info.name2fixturedefs.get(name, ())[-1:]:
-                if fixturedef.scope == "session":  # pytest would keep it, running, to the session's end
-                    fixturedef.finish(item._request)
+        for name, fixturedef in process_fixtures(item):
+            if fixturedef.scope == "session" and name not in later:  # pytest would keep it running to the end
+                fixturedef.finish(item._request)
         return result
 
     # -- durations, for the order of the next run ---------------------------------------------------
@@ -99,20 +97,26 @@ class Tiers:
             DURATIONS.write_text(json.dumps(dict(sorted(kept.items())), indent=0) + "\n")
 
 
+def process_fixtures(item):
+    """(name, definition) of each fixture in SLOW_FIXTURES that `item` uses, directly
+    or through another fixture: the definition in force where `item` is."""
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return
+    for name in item.fixturenames:
+        defs = info.name2fixturedefs.get(name) if name in SLOW_FIXTURES else None
+        if defs:
+            yield name, defs[-1]
+
+
 def shared_process_fixture(item) -> str | None:
     """A group for the process-starting fixture of module or session scope that `item`
-    uses (directly or through another fixture): a session one by its name, a module one
-    by the module."""
-    info = getattr(item, "_fixtureinfo", None)
+    uses: a session one by its name, a module one by the module."""
     group = None
-    for name in item.fixturenames if info is not None else ():
-        if name not in SLOW_FIXTURES:
-            continue
-        fixturedef = info.name2fixturedefs.get(name, ())[-1:]
-        scope = fixturedef[0].scope if fixturedef else "function"
-        if scope == "session":
-            return f"{name}:{fixturedef[0].baseid or '.'}"  # no "@": xdist splits the group off at the last
-        if scope in ("package", "module", "class"):
+    for name, fixturedef in process_fixtures(item):
+        if fixturedef.scope == "session":
+            return f"{name}:{fixturedef.baseid or '.'}"  # no "@": xdist splits the group off at the last
+        if fixturedef.scope in ("package", "module", "class"):
             group = item.module.__name__
     return group
 
@@ -131,19 +135,20 @@ def longest_groups_first(items: list, durations: dict[str, float]) -> None:
     if not durations:
         return
     median = sorted(durations.values())[len(durations) // 2]
-
-    def group(item) -> str:
-        marker = item.get_closest_marker("xdist_group")
-        return str(marker.args[0]) if marker and marker.args else item.nodeid
-
+    groups = {id(item): group_of(item) for item in items}
     totals: dict[str, float] = {}
-    for item in items:
-        totals[group(item)] = totals.get(group(item), 0.0) + durations.get(item.nodeid, median)
-    order = {id(item): i for i, item in enumerate(items)}
     first: dict[str, int] = {}
-    for item in items:
-        first.setdefault(group(item), order[id(item)])
-    items.sort(key=lambda it: (-totals[group(it)], first[group(it)], order[id(it)]))
+    for i, item in enumerate(items):
+        g = groups[id(item)]
+        totals[g] = totals.get(g, 0.0) + durations.get(item.nodeid, median)
+        first.setdefault(g, i)
+    # a stable sort: the collection's order stays within a group
+    items.sort(key=lambda it: (-totals[groups[id(it)]], first[groups[id(it)]]))
+
+
+def group_of(item) -> str:
+    marker = item.get_closest_marker("xdist_group")
+    return str(marker.args[0]) if marker and marker.args else item.nodeid
 
 
 _original_execute_child = subprocess.Popen._execute_child

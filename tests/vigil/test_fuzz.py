@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from support.processes import run_command, VigilServer, wait_for
+from support.processes import VigilServer, run_command, wait_for
 
 # What no static schema can say, so these operations are left out of the "valid data
 # is accepted" check (and only of it): whether /v1/ask understands a question depends

@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from support.clips import BUNDLED
-from support.processes import run_command, VigilServer
+from support.processes import VigilServer, run_command
 
 LABELS = ["bus", "car", "person", "bike", "tree", "sign"]
 SPEC = {"name": "cls", "adapter": "torchvision", "arch": "resnet18", "weights": "random", "seed": 5,

@@ -13,7 +13,7 @@ import httpx
 import pytest
 import yaml
 
-from support.processes import ROOT, run_command, VigilServer
+from support.processes import ROOT, VigilServer, run_command
 
 KEY = "upload-key"
 HOG = {"name": "hog-up", "adapter": "opencv_hog", "output": "detections", "labels": ["person"],

@@ -11,7 +11,7 @@ import httpx
 import pytest
 import yaml
 
-from support.processes import ROOT, free_port, RtspServer, run_command, VigilServer, wait_for
+from support.processes import ROOT, RtspServer, VigilServer, free_port, run_command, wait_for
 
 
 def test_health_ready_docs_and_openapi(api):
