@@ -7,6 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from vigil.allocator import CHOICES as ALLOCATORS
 from vigil.cli import print_json
 from vigil.settings import MODELS_DIR
 
@@ -31,8 +32,13 @@ def register(sub) -> None:
     bench.add_argument("--quick", action="store_true", help="engine: shorter trials (under 5 minutes on 2 cores); "
                        "serve: N = 1, 4, 16 and shorter windows; cluster: a smoke run of every phase")
     bench.add_argument("--scenario", action="append", metavar="NAME",
-                       help="engine: run only these (single, shared_backbone, overload, swap)")
+                       help="engine: run only these (single, shared_backbone, overload, swap, selection, contended)")
     bench.add_argument("--no-ray", action="store_true", help="engine: skip the Ray Serve peer")
+    bench.add_argument("--contended", action="store_true",
+                       help="engine: run the contended scenario (single and shared_backbone beside busy processes, "
+                            "profiles measured busy and served quiet, then the other way)")
+    bench.add_argument("--hogs", type=int, default=None, metavar="N",
+                       help="engine --contended: busy processes at nice 10 (default: one per core)")
     bench.add_argument("--sim", action="store_true", help="cluster: only simulate the placement planner (no Ray)")
     bench.add_argument("--arrivals", choices=["streams", "poisson"], default="streams",
                        help="cluster --sim: requests from video streams dealt by the routers' deficit round robin, "
@@ -47,6 +53,9 @@ def register(sub) -> None:
                        help="llm: seconds of arrivals in each trial (default: 20)")
     bench.add_argument("--max-batch", type=int, default=32, metavar="N",
                        help="llm: most requests in a batch, the same for all three systems (default: 32)")
+    bench.add_argument("--allocator", nargs="+", default=["auto"], choices=list(ALLOCATORS), metavar="NAME",
+                       help="serve: the server's allocator, one run of every N under each, side by side: "
+                            f"{' | '.join(ALLOCATORS)} (default: auto)")
     bench.set_defaults(func=run)
 
 
@@ -66,9 +75,15 @@ def run(args: argparse.Namespace) -> int:
         from engine.device import resolve_device
 
         try:
-            scenarios = tuple(args.scenario) if args.scenario else EngineBenchOptions.scenarios
+            if args.contended:
+                scenarios = (*(args.scenario or ()), "contended")
+            elif args.scenario:
+                scenarios = tuple(args.scenario)
+            else:  # a quick run leaves out the contended scenario, which runs two of them again twice
+                scenarios = tuple(s for s in EngineBenchOptions.scenarios if not (args.quick and s == "contended"))
             options = EngineBenchOptions(quick=args.quick, device=resolve_device(args.device), scenarios=scenarios,
-                                         ray=not args.no_ray, triton=not args.no_triton)
+                                         ray=not args.no_ray, triton=not args.no_triton,
+                                         **({"hogs": args.hogs} if args.hogs is not None else {}))
             result = run_engine_bench(options, log=lambda m: print(m, file=sys.stderr, flush=True))
         except ValueError as exc:
             print(f"error: {exc}", file=sys.stderr)
@@ -93,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
         from engine.device import resolve_device
 
         try:
-            options = ServeBenchOptions(device=resolve_device(args.device),
+            options = ServeBenchOptions(device=resolve_device(args.device), allocators=tuple(args.allocator),
                                         **({"counts": (1, 4, 16), "warmup_s": 10.0, "window_s": 20.0,
                                             "bound_s": 8.0} if args.quick else {}))
             result = run_serve_bench(options, log=lambda m: print(m, file=sys.stderr, flush=True))

@@ -23,26 +23,34 @@ Scenarios (JSON keys):
   ramping from 0.5x to 2x version 2's capacity; adaptive selection against each version
   alone: `*_attainment` and `*_map` (the held-out mAP of the versions that served,
   weighted by how many requests each served).
+- contended (`--contended`): single and shared_backbone again, with `hogs` busy
+  processes at nice 10 beside the engine (bench/hogs.py), twice: profiles measured
+  under the hogs and served quiet (`measured_busy_served_quiet`: the profile is too
+  slow), and measured quiet and served under the hogs (`measured_quiet_served_busy`:
+  too fast). Goodput per policy and the Nexus/best-baseline ratio of each.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 import threading
 import time
-from dataclasses import dataclass, field
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 import yaml
 
+from bench.hogs import NICE, Hogs, default_hogs
 from bench.workload import EngineTarget, Stream, run_trial, search_goodput
 from engine.engine import Engine
 from engine.repository import ModelRepository
 
 BASELINES = ("tfs", "clipper", "nobatch")
-SCENARIOS = ("single", "shared_backbone", "overload", "swap", "selection")
+SCENARIOS = ("single", "shared_backbone", "overload", "swap", "selection", "contended")
 
 
 @dataclass(frozen=True)
@@ -58,6 +66,11 @@ class EngineBenchOptions:
     trial_s: float = field(default=0.0)  # 0: 3 s quick, 8 s full
     search_steps: int = field(default=0)  # 0: 4 quick, 6 full
     seed: int = 0
+    hogs: int = field(default_factory=default_hogs)  # busy processes in the contended scenario
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.hogs <= 64:
+            raise ValueError(f"hogs must be 1 to 64; was {self.hogs}")
 
     @property
     def trial(self) -> float:
@@ -125,25 +138,30 @@ class Bench:
         rng = np.random.default_rng(options.seed)
         s = options.input_size
         self.frames = {name: rng.integers(0, 255, (s, s, 3), dtype=np.uint8) for name in ("cam", "hi", "lo", "cap")}
+        # what runs beside the engine while it measures its profiles, and while it serves
+        self.measuring: AbstractContextManager = nullcontext()
+        self.serving: AbstractContextManager = nullcontext()
 
     def engine(self, policy: str, models: list[str]) -> Engine:
         engine = Engine(ModelRepository(self.root), self.o.device, policy=policy, share=(policy == "nexus"))
-        for m in models:
-            engine.load(m)
+        with self.measuring:
+            for m in models:
+                engine.load(m)
         return engine
 
     def goodput(self, engine: Engine, make_streams, hi: float, frames: dict | None = None) -> float:
         target = EngineTarget(engine, frames or self.frames)
         # A warm-up at half the upper rate first: adaptive policies (Clipper's AIMD, the
         # engine's observed latencies) start each search from the same learned state.
-        run_trial(target, make_streams(0.5 * hi), max(2.0, self.o.trial / 2), seed=self.o.seed + 99)
 
         def attainment(rate: float) -> float:
             result = run_trial(target, make_streams(rate), self.o.trial, seed=self.o.seed)
             self.log(f"    rate {rate:7.1f}/s: attainment {result.attainment():.3f}")
             return result.attainment()
 
-        return search_goodput(attainment, hi, self.o.steps, retries=0 if self.o.quick else 1)
+        with self.serving:
+            run_trial(target, make_streams(0.5 * hi), max(2.0, self.o.trial / 2), seed=self.o.seed + 99)
+            return search_goodput(attainment, hi, self.o.steps, retries=0 if self.o.quick else 1)
 
     def single(self) -> dict:
         slo = self.o.slo_ms
@@ -190,6 +208,24 @@ class Bench:
         best = max(goodput[p] for p in BASELINES)
         return {"slo_ms": slo, "apps": len(apps), "goodput_frames_per_s": goodput,
                 "ratio_vs_best_baseline": round(goodput["nexus"] / best, 3) if best else None}
+
+    def contended(self) -> dict:
+        out: dict = {"hogs": self.o.hogs, "nice": NICE}
+        options = self.o
+        for name, measuring, serving in (("measured_busy_served_quiet", Hogs(self.o.hogs), nullcontext()),
+                                         ("measured_quiet_served_busy", nullcontext(), Hogs(self.o.hogs))):
+            self.log(f"  contended: {name.replace('_', ' ')}")
+            for profiles in self.root.glob("*/*/profiles"):  # each engine measures afresh, as named
+                shutil.rmtree(profiles)
+            self.measuring, self.serving = measuring, serving
+            self.o = replace(options, ray=False, triton=False)  # the peers are measured quiet only
+            try:
+                single, shared = self.single(), self.shared_backbone()
+            finally:
+                self.measuring, self.serving, self.o = nullcontext(), nullcontext(), options
+            out[name] = {"single": {k: single[k] for k in ("goodput", "bound", "ratio_vs_best_baseline")},
+                         "shared_backbone": {k: shared[k] for k in ("goodput_frames_per_s", "ratio_vs_best_baseline")}}
+        return out
 
     def measured_capacity(self, engine: Engine, model: str, slo_ms: float, version=None,
                           frames: dict | None = None) -> float:
@@ -335,6 +371,17 @@ def format_report(result: dict) -> str:
         s = result["swap"]
         for k in ("swaps", "failed_requests", "deadline_drops"):
             lines.append(f"| swap | {k} | {s[k]} |")
+    if "contended" in result:
+        c = result["contended"]
+        for case in ("measured_busy_served_quiet", "measured_quiet_served_busy"):
+            if case not in c:
+                continue
+            for scenario, key in (("single", "goodput"), ("shared_backbone", "goodput_frames_per_s")):
+                s = c[case][scenario]
+                goodput = ", ".join(f"{p} {g}" for p, g in s[key].items())
+                lines.append(f"| contended, {c['hogs']} busy: {case} | {scenario} goodput | {goodput} |")
+                lines.append(f"| contended, {c['hogs']} busy: {case} | {scenario} ratio_vs_best_baseline | "
+                             f"{s['ratio_vs_best_baseline']} |")
     if "selection" in result:
         s = result["selection"]
         for k in ("adaptive_attainment", "v2_only_attainment", "v1_only_attainment", "adaptive_map", "v1_only_map"):

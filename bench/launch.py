@@ -9,6 +9,7 @@ two cores' worth of work would slow every bench after it.
 from __future__ import annotations
 
 import ctypes
+import os
 import signal
 import socket
 import subprocess
@@ -30,7 +31,7 @@ def free_ports(n: int) -> list[int]:
             s.close()
 
 
-def _end_with_parent() -> None:
+def end_with_parent() -> None:
     """In the child before exec: SIGTERM when the thread that started it ends (on
     Linux; a no-op elsewhere). Benches start servers from their main thread."""
     if sys.platform.startswith("linux"):
@@ -40,11 +41,13 @@ def _end_with_parent() -> None:
 
 class Launched:
     def __init__(self, what: str, command: list[str], cwd: Path, log_path: Path, ready_url: str,
-                 timeout_s: float, new_session: bool = False) -> None:
+                 timeout_s: float, new_session: bool = False, env: dict | None = None) -> None:
+        """`env`: set in the command's environment, over this process's."""
         self.what, self.log_path = what, log_path
         self.log = open(log_path, "w")
         self.proc = subprocess.Popen(command, cwd=cwd, stdout=self.log, stderr=subprocess.STDOUT,
-                                     start_new_session=new_session, preexec_fn=_end_with_parent)
+                                     start_new_session=new_session, preexec_fn=end_with_parent,
+                                     env={**os.environ, **env} if env else None)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

@@ -9,8 +9,9 @@ their SLO per second, all apps), the high-priority app's attainment and the othe
 (over the frames whose outcome fell in the window; drops count as misses), p99 over
 every arrival, the server's RSS and CPU, and the share of the machine's CPU that the
 hypervisor stole in the window (bench/machine.py). The allocator the server ran with is
-reported too: without jemalloc the served path is several times slower
-(vigil/allocator.py).
+reported too (vigil/allocator.py). With several `allocators` (`auto`, `jemalloc`,
+`mimalloc`, `system`), every N runs under each, in turn, and `goodput_vs_first` gives
+each one's best goodput over the first one's.
 
 The bound is the same model run through the engine alone in this process, in the
 same run: frames of the same clips, preprocessed and batched as the engine batches
@@ -58,8 +59,14 @@ class ServeBenchOptions:
     device: str = "cpu"
     bound_s: float = 15.0
     captions_n: tuple[int, ...] = (1, 4)  # the counts measured again with captions on (none: skip)
+    allocators: tuple[str, ...] = ("auto",)  # the server's VIGIL_ALLOCATOR; the first is the headline
 
     def __post_init__(self) -> None:
+        from vigil.allocator import CHOICES
+
+        if not self.allocators or not set(self.allocators) <= set(CHOICES) or \
+                len(set(self.allocators)) != len(self.allocators):
+            raise ValueError(f"allocators must be distinct choices of {', '.join(CHOICES)}; were {self.allocators}")
         if not self.counts or min(self.counts) < 1 or max(self.counts) > 64:
             raise ValueError(f"counts must be between 1 and 64 streams; were {self.counts}")
         if not (0 < self.window_s <= 3600 and 0 <= self.warmup_s <= 3600 and 0 < self.bound_s <= 600):
@@ -73,7 +80,7 @@ class _Server:
     `actors`)."""
 
     def __init__(self, workdir: Path, device: str, captions: bool = False, cluster: str | None = None,
-                 actors: bool = True) -> None:
+                 actors: bool = True, allocator: str = "auto") -> None:
         self.port = free_ports(1)[0]
         self.url = f"http://127.0.0.1:{self.port}"
         config = workdir / "vigil.yaml"
@@ -85,7 +92,8 @@ class _Server:
                                                "--port", str(self.port), "--grpc-port", "0", "--data-dir",
                                                str(workdir / "data"), "--device", device,
                                                *(["--cluster", cluster] if cluster else [])],
-                               ROOT, workdir / "serve.log", f"{self.url}/readyz", 120)
+                               ROOT, workdir / "serve.log", f"{self.url}/readyz", 120,
+                               env={"VIGIL_ALLOCATOR": allocator})
         self.proc = self.server.proc
 
     def rss_mb(self) -> float:
@@ -132,9 +140,9 @@ def settled(before: dict, after: dict) -> int:
 
 
 def measure_point(n: int, options: ServeBenchOptions, log: Callable[[str], None], captions: bool = False,
-                  cluster: str | None = None, actors: bool = True) -> dict:
+                  cluster: str | None = None, actors: bool = True, allocator: str | None = None) -> dict:
     with tempfile.TemporaryDirectory(prefix="vigil-bench-serve-") as tmp:
-        server = _Server(Path(tmp), options.device, captions, cluster, actors)
+        server = _Server(Path(tmp), options.device, captions, cluster, actors, allocator or options.allocators[0])
         try:
             with httpx.Client(base_url=server.url, timeout=60) as api:
                 # loaded (and on a fresh clone profiled) before any stream decodes: a
@@ -236,6 +244,10 @@ def run_serve_bench(options: ServeBenchOptions, log: Callable[[str], None] = pri
     log(f"served path, N = {', '.join(map(str, options.counts))}")
     points = [measure_point(n, options, log) for n in options.counts]
     best = max(p["goodput_fps"] for p in points)
+    by_allocator = {}
+    for allocator in options.allocators[1:]:
+        log(f"served path with VIGIL_ALLOCATOR={allocator}")
+        by_allocator[allocator] = [measure_point(n, options, log, allocator=allocator) for n in options.counts]
     captions = []
     if options.captions_n:
         log(f"with captions every {CAPTION_EVERY_S} s per stream, N = {', '.join(map(str, options.captions_n))}")
@@ -250,7 +262,10 @@ def run_serve_bench(options: ServeBenchOptions, log: Callable[[str], None] = pri
             "engine_bound_fps": bound, "engine_bound_steal": bound_steal, "points": points,
             "served_vs_bound": round(best / bound, 3) if bound else None,
             "overload_retention": round(points[-1]["goodput_fps"] / best, 3) if best else None,
-            "captions": captions}
+            "captions": captions, "allocators": list(options.allocators),
+            "by_allocator": by_allocator,
+            "goodput_vs_first": {a: round(max(p["goodput_fps"] for p in ps) / best, 3) if best else None
+                                 for a, ps in by_allocator.items()}}
 
 
 def format_serve_report(result: dict) -> str:
@@ -258,12 +273,17 @@ def format_serve_report(result: dict) -> str:
     lines = [f"engine alone: {result['engine_bound_fps']} frames/s (steal {result.get('engine_bound_steal')}); "
              f"served/bound {result['served_vs_bound']}, "
              f"overload retention {result['overload_retention']}; server allocator: {', '.join(allocators)}",
-             "| N | goodput fps | high att. | low att. | p99 all (high) | RSS MB (growth) | CPU % | steal |",
-             "|---|---|---|---|---|---|---|---|"]
-    for p in result["points"]:
+             "| N | goodput fps | high att. | low att. | p99 all (high) | RSS MB (growth) | CPU % | steal "
+             "| allocator (asked: in use) |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    rows = [(result.get("allocators", ["auto"])[0], p) for p in result["points"]]
+    rows += [(a, p) for a, ps in result.get("by_allocator", {}).items() for p in ps]
+    for asked, p in rows:
         lines.append(f"| {p['n']} | {p['goodput_fps']} | {p['high_attainment']} | {p['low_attainment']} | "
                      f"{p['p99_all_ms']} | {p['rss_mb']} ({p['rss_growth']}) | {p['cpu_pct']} | "
-                     f"{p.get('cpu_steal')} |")
+                     f"{p.get('cpu_steal')} | {asked}: {p.get('allocator')} |")
+    for a, ratio in result.get("goodput_vs_first", {}).items():
+        lines.append(f"goodput with {a} over {result['allocators'][0]}: {ratio}")
     if result.get("captions"):
         lines += ["", "| N | captions/min | LLM steps (share, slack) | goodput on/off | high att. on/off |",
                   "|---|---|---|---|---|"]

@@ -67,7 +67,7 @@ class Engine(ModelVerbs):
         self._cond = threading.Condition(self.manager.lock)
         self.arbiter = DeviceArbiter(self._cond, self.metrics, self.lanes)
         self.queues = SessionQueues(max_queue)
-        self.observed = ObservedProfiles(clock, adapt_profiles)
+        self.observed = ObservedProfiles(adapt_profiles)
         self.admission = Admission(self.manager, self.queues, self.observed, self.policy, self.metrics, share, clock,
                                    self.lanes)
         self.paths = Paths(self._cond, self.manager, self.queues, self.admission, self.observed, clock)
@@ -151,6 +151,8 @@ class Engine(ModelVerbs):
             batch = self.queues.take_batch(plan.session, plan.batch) if plan.session is not None else []
             for s, n in self.queues.depths().items():
                 self.metrics.queue_depth.labels(s[:12]).set(n)
+            if batch and plan.probe:
+                self._count_probe(plan.session, batch)
             if batch or dropped:
                 return plan, batch, dropped
             timeout_ms = None if plan.wait_until_ms is None else max(0.0, plan.wait_until_ms - self.clock())
@@ -183,6 +185,7 @@ class Engine(ModelVerbs):
             self._busy_ms += elapsed_ms
             if info is not None:
                 self.observed.batch_ran(session, info.profile, len(batch), elapsed_ms)
+                self.metrics.profile_factor.labels(session[:12]).set(round(self.observed.factor(session), 3))
             self.policy.feedback(session, len(batch), elapsed_ms, min(e.budget_ms for e in batch))
             for entry, value in zip(batch, outputs):
                 for a, name in entry.subscribers:
@@ -191,6 +194,10 @@ class Engine(ModelVerbs):
             self._cond.notify_all()
         if ready:
             self._post.submit(self._finish, ready)
+
+    def _count_probe(self, session: str, batch: list[QueueEntry]) -> None:
+        first, name = batch[0].subscribers[0]
+        self.metrics.probe(first.servable.model.spec.name, name)
 
     def _finish(self, ready: list[Admitted]) -> None:
         """Postprocess the requests a batch completed, each leaf of a model for all of

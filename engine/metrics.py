@@ -83,6 +83,12 @@ class EngineMetrics:
                                   buckets=LATENCY_BUCKETS_S, registry=r)
         self._batch = Histogram("vigil_batch_size", "Batch sizes run per fragment", ["model", "fragment"],
                                 buckets=BATCH_BUCKETS, registry=r)
+        self._probes = PromCounter("vigil_probe_batches", "Batches run although the profile said they would miss, "
+                                   "to see whether it is wrong (nothing else would use the device)",
+                                   ["model", "fragment"], registry=r)
+        self.profile_factor = Gauge("vigil_profile_factor", "What plans scale a fragment session's stored profile "
+                                    "by: its batches' observed/profiled latency, plus two deviations",
+                                    ["session"], registry=r)
         self.queue_depth = Gauge("vigil_queue_depth", "Items waiting per fragment session", ["session"], registry=r)
         self._shed = PromCounter("vigil_app_shed", "An app's frames shed under load, by reason: deadline and "
                                  "overloaded (dropped by the engine), rate (not sampled: its rate was lowered "
@@ -101,6 +107,7 @@ class EngineMetrics:
         self._lock = threading.Lock()
         self.by_app: dict[tuple[str, str, str], AppModelStats] = {}
         self.batch_sizes: dict[str, Counter] = {}
+        self.probes: Counter = Counter()  # model/fragment -> probe batches
 
     def _stats(self, app: str, model: str, version: str) -> AppModelStats:
         key = (app, model, version)
@@ -161,6 +168,11 @@ class EngineMetrics:
             self.batch_sizes.setdefault(f"{model}/{fragment}", Counter())[size] += 1
         self._batch.labels(model, fragment).observe(size)
 
+    def probe(self, model: str, fragment: str) -> None:
+        with self._lock:
+            self.probes[f"{model}/{fragment}"] += 1
+        self._probes.labels(model, fragment).inc()
+
     def app_summary(self, app: str) -> dict:
         """All of one app's traffic, summed over models and versions."""
         with self._lock:
@@ -185,4 +197,5 @@ class EngineMetrics:
     def snapshot(self) -> dict:
         with self._lock:
             apps = {f"{a}|{m}|{v}": s.to_dict() for (a, m, v), s in sorted(self.by_app.items())}
-        return {"apps": apps, "batch_sizes": self.batch_histograms()}
+            probes = dict(self.probes)
+        return {"apps": apps, "batch_sizes": self.batch_histograms(), "probe_batches": probes}

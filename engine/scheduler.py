@@ -20,7 +20,12 @@ Policies:
   whole window; grow the batch to the largest size that still meets the earliest
   deadline in it, and fill it up to B with lower-priority items it can still serve.
   Lower priorities are never dropped for a higher one's window; they wait, and go when
-  they would miss even alone, so under overload the lowest priority is shed first. A
+  they would miss even alone, so under overload the lowest priority is shed first.
+  When no session has a batch to run and one would have its whole queue dropped, the
+  device is idle and the profile may be wrong (measured beside a busy neighbour):
+  that session runs a probe batch instead, of its latest-deadline items, at most once
+  per SLO. What the probe takes corrects the profile (engine/observed.py); without
+  it a profile too slow is never seen to be, and every request is dropped. A
   lower-priority batch is capped so it never keeps the device longer than
   `BLOCK_SHARE` of the tightest higher-priority SLO seen: a higher-priority request
   waits at most one such fragment (preemption happens between fragments). While
@@ -68,6 +73,7 @@ class Plan:
     batch: tuple[int, ...] = ()  # item ids, in the order to stack them
     dropped: tuple[tuple[int, str], ...] = ()  # (item id, reason)
     wait_until_ms: float | None = None  # nothing to run before this time (batch timeouts)
+    probe: bool = False  # run although the profile says it misses: what it takes corrects the profile
 
     @property
     def idle(self) -> bool:
@@ -96,6 +102,7 @@ class NexusPolicy:
     # flow -> share of its recent items that were run rather than dropped (EWMA): of
     # items due at about the same time, the flow served least goes first
     served: dict[str, float] = field(default_factory=dict)
+    probed: dict[str, float] = field(default_factory=dict)  # session -> when it last ran a probe batch
 
     def observe(self, item: WorkItem) -> None:
         """Remember the tightest SLO per priority, to bound lower-priority batches."""
@@ -117,7 +124,7 @@ class NexusPolicy:
                                                      self.served.get(w.flow, 1.0), w.deadline_ms, w.arrival_ms))
                 batch, ahead, planned = self._window(items, profiles[session], now_ms)
                 wake = self._defer_until(batch, planned, profiles[session], now_ms)
-                candidates.append([session, items, batch, ahead, wake])
+                candidates.append([session, items, batch, ahead, wake, planned])
         if not any(c[2] and c[4] is None for c in candidates):
             for c in candidates:  # nothing else would use the device: waiting gains nothing
                 c[4] = None
@@ -126,8 +133,11 @@ class NexusPolicy:
         # then the earliest deadline
         best = min(runnable, key=lambda c: (-max(w.priority for w in c[2]), not any(w.downstream for w in c[2]),
                                             min(w.deadline_ms for w in c[2])), default=None)
+        probe = best is None and self._probe(candidates, now_ms)
+        if probe:
+            best = next(c for c in candidates if c[2])
         dropped: list[tuple[int, str]] = []
-        for session, items, batch, ahead, wake in candidates:
+        for session, items, batch, ahead, wake, _ in candidates:
             if (best is not None and session == best[0]) or wake is not None:
                 dropped += [(w.item_id, "deadline") for w in ahead]
                 chosen = {w.item_id for w in batch} | {w.item_id for w in ahead}
@@ -144,7 +154,32 @@ class NexusPolicy:
         wakes = [c[4] for c in candidates if c[4] is not None]
         if best is None:
             return Plan(dropped=tuple(dropped), wait_until_ms=min(wakes, default=None))
-        return Plan(best[0], tuple(w.item_id for w in best[2]), tuple(dropped))
+        return Plan(best[0], tuple(w.item_id for w in best[2]), tuple(dropped), probe=probe)
+
+    def _probe(self, candidates: list[list], now_ms: float) -> bool:
+        """With nothing to run, turn one session whose whole queue would be dropped into
+        a probe (its candidate gets a batch: the latest-deadline items of its highest
+        priority, as many as it plans, and the rest of its queue to drop). The session
+        probed longest ago goes first; each at most once per its tightest SLO."""
+        due = []
+        for c in candidates:
+            session, items = c[0], c[1]
+            slo = min(w.slo_ms for w in items)
+            last = self.probed.get(session)
+            if math.isfinite(slo) and (last is None or now_ms - last >= slo):
+                due.append((-items[0].priority, last if last is not None else -math.inf, session, c))
+        if not due:
+            return False
+        c = min(due, key=lambda d: d[:3])[3]
+        session, items, planned = c[0], c[1], c[5]
+        top = [w for w in items if w.priority == items[0].priority]
+        batch = sorted(top, key=lambda w: w.deadline_ms)[-planned:]
+        chosen = {w.item_id for w in batch}
+        c[2], c[3] = batch, [w for w in items if w.item_id not in chosen]
+        if len(self.probed) > MAX_FLOWS:
+            self.probed.clear()
+        self.probed[session] = now_ms
+        return True
 
     def shed(self, flow: str) -> None:
         """An item of `flow` was dropped before it reached a queue (at admission)."""
@@ -212,7 +247,11 @@ class NexusPolicy:
     def _class_window(self, items: list[WorkItem], profile: Profile, now_ms: float, window: int,
                       limit: int) -> tuple[list[WorkItem], list[WorkItem]]:
         """Nexus's early drop over items of one priority, in deadline order: (batch, the
-        items ahead of it)."""
+        items ahead of it). An item the full window would miss is kept when a smaller
+        batch that starts with it meets its own deadlines and still leaves the next
+        window time to meet theirs (`_smaller_batch`): after a stall, the head of the
+        queue is served late in the burst rather than dropped, while under overload,
+        when the next window would miss too, the head goes as Nexus drops it."""
         for i in range(len(items)):
             size = min(window, len(items) - i)
             earliest = min(w.deadline_ms for w in items[i:i + size])
@@ -223,7 +262,24 @@ class NexusPolicy:
                         break
                     size += 1
                 return list(items[i:i + size]), list(items[:i])
+            smaller = self._smaller_batch(items[i:], profile, now_ms, size) if i < window else 0
+            if smaller:
+                return list(items[i:i + smaller]), list(items[:i])
         return [], list(items)
+
+    def _smaller_batch(self, items: list[WorkItem], profile: Profile, now_ms: float, window: int) -> int:
+        """The largest batch under `window` that starts with items[0], meets its own
+        earliest deadline, and after which the next window of items still meets its
+        own; 0 when there is none."""
+        for size in range(window - 1, 0, -1):
+            took = profile.latency_ms(size, self.sigmas)
+            if took > min(w.deadline_ms for w in items[:size]) - now_ms:
+                continue
+            rest = items[size:size + window]
+            if not rest or took + profile.latency_ms(len(rest), self.sigmas) <= \
+                    min(w.deadline_ms for w in rest) - now_ms:
+                return size
+        return 0
 
     def _priority_cap(self, items: list[WorkItem], profile: Profile) -> int:
         """Largest batch that blocks the device for at most `block_share` of the tightest

@@ -70,11 +70,11 @@ NOT_RUN = {
     "python -m engine.models.train_scenedet --version 1 [--steps N] [--clips N]":
         "even --steps 2 --clips 1 renders six held-out clips to evaluate on: 4 minutes on two shared cores",
     "make bench-engine": "22 minutes, and it installs Ray Serve and the Triton venv",
-    "vigil bench engine [--json FILE] [--quick] [--scenario NAME] [--no-ray] [--no-triton]":
+    "vigil bench engine [--json FILE] [--quick] [--scenario NAME] [--no-ray] [--no-triton] [--contended] [--hogs N]":
         "even --quick --scenario single --no-ray --no-triton took 3.3 minutes on two shared cores",
     "vigil bench llm [--json FILE] [--quick] [--device auto|cpu|cuda] [--trial-s S] [--max-batch N]":
         "even --quick --trial-s 1 --max-batch 4 searches three systems' rates: over 6 minutes on two shared cores",
-    "vigil bench serve [--json FILE] [--quick] [--device auto|cpu|cuda]":
+    "vigil bench serve [--json FILE] [--quick] [--device auto|cpu|cuda] [--allocator NAME ...]":
         "even --quick serves 1, 4 and 16 cameras for half a minute each, about 4 minutes of two whole cores",
 }
 

@@ -1,12 +1,15 @@
 """The engine over real (tiny) torch models: sharing, hot swaps, drops, bad files."""
 
 import json
+import math
 import threading
+import time
 from collections import Counter
 
 import numpy as np
 import pytest
 import torch
+from factories import make_profile
 from repo import tiny_state, write_model
 
 from engine.engine import Engine
@@ -276,25 +279,29 @@ def test_labels_set_while_serving_survive_load_and_reload(tmp_path, engine_facto
     assert engine.submit(request(version="stable", engine=engine)).result(timeout=10).version == 2
 
 
-def test_a_slowdown_learnt_under_load_fades_while_the_session_runs_nothing(tmp_path):
-    """Batches that ran 4x slower than profiled teach the engine to plan with 4x; a
-    session whose every request is then dropped as hopeless runs no batch to unlearn
-    it, so the learnt factor fades with time, back to the profile."""
+def test_a_slowdown_learnt_under_load_is_unlearnt_by_probe_batches(tmp_path, monkeypatch):
+    """Batches that ran 10x slower than profiled taught the engine to plan with 10x.
+    Once the slow spell is over, a request whose SLO fits 1x but not 10x would be
+    dropped as hopeless, so nothing would ever run to unlearn the 10x. The idle
+    device runs it as a probe instead, once per SLO; a few probes are the new level."""
+    from engine.observed import SHIFT_RUN, Slowdown
+
     write_model(tmp_path, "m", 1, {"split": []})
-    now = [0.0]
-    with Engine(ModelRepository(tmp_path), "cpu", clock=lambda: now[0]) as engine:
+    with Engine(ModelRepository(tmp_path), "cpu") as engine:
         engine.load("m")
-        session = next(iter(engine.manager.sessions))
-        base = engine.manager.sessions[session].profile.latency_ms(1)
-        engine.observed.slowdown[session] = (4.0, 0.0, now[0])  # what slow batches taught it
-        slo = 2.5 * base  # too tight at 4x, easy at 1x
-        assert engine.admission.profile(session).latency_ms(1) == pytest.approx(4 * base, rel=1e-3)
-        with pytest.raises(Dropped, match="deadline"):
-            engine.submit(request(engine=engine, slo_ms=slo)).result(timeout=10)
-        now[0] += 30_000.0  # the slow spell is over; nothing of this session ran meanwhile
-        assert engine.admission.profile(session).latency_ms(1) == pytest.approx(base, rel=0.01)
-        assert engine.submit(request(engine=engine, slo_ms=1e9)).result(timeout=10).version == 1
-        assert engine.observed.slowdown[session][2] == now[0]  # a batch ran: the slowdown is measured afresh
+        session, info = next(iter(engine.manager.sessions.items()))
+        run = info.fragment.run
+        monkeypatch.setattr(info.fragment, "run", lambda x: (time.sleep(0.02), run(x))[1])  # 20 ms a batch
+        monkeypatch.setattr(info, "profile", make_profile(per_item_ms=0.0, fixed_ms=20.0, fragment_hash=session))
+        engine.observed.slowdown[session] = slowdown = Slowdown(factor=10.0)  # what slow batches taught it
+        slowdown.window.append(math.log(10.0))
+        slo = 80.0  # too tight at 10x, easy at 1x
+        for _ in range(SHIFT_RUN):
+            assert engine.submit(request(engine=engine, slo_ms=slo)).result(timeout=10).version == 1
+            time.sleep(slo / 1000.0)
+        assert engine.metrics.snapshot()["probe_batches"] == {"m/model": SHIFT_RUN}
+        assert engine.observed.factor(session) < 3.0, slowdown  # 20 ms and what the engine adds
+        assert engine.submit(request(engine=engine, slo_ms=slo)).result(timeout=10).within_slo
 
 
 def test_a_profile_measured_while_others_were_busy_is_used_but_not_stored(tmp_path, engine_factory, monkeypatch):

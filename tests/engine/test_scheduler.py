@@ -51,9 +51,35 @@ def test_no_batch_passes_the_efficient_batch():
 
 
 def test_hopeless_items_are_dropped_and_nothing_runs():
-    queue = [make_item(0, 10), make_item(1, 12)]  # l(1) = 15 > 10
+    queue = [make_item(0, 10), make_item(1, 12)]  # l(1) = 15 > 10; no SLO known: nothing to probe by
     plan = NexusPolicy(sigmas=0).plan({"s": queue}, {"s": PROFILE}, now_ms=0)
     assert plan.session is None and sorted(dict(plan.dropped)) == [0, 1]
+
+
+def test_an_idle_device_probes_a_queue_it_would_drop_whole_once_per_slo():
+    """The profile says nothing can make it; it may be wrong, and the device has
+    nothing else to do: the latest-deadline items run as a probe (as many as a batch
+    would hold), the rest are dropped. Within one SLO of that probe, nothing is probed."""
+    policy = NexusPolicy(sigmas=0)
+    slow = make_profile(per_item_ms=100, fixed_ms=50)  # l(1) = 150, past every deadline here
+    queue = [WorkItem(i, 0.0, 60.0 + i, 100.0, slo_ms=100.0) for i in range(5)]
+    plan = policy.plan({"s": queue, "t": []}, {"s": slow, "t": PROFILE}, now_ms=0)
+    assert plan.probe and plan.session == "s" and plan.batch == (4,)
+    assert sorted(dict(plan.dropped)) == [0, 1, 2, 3]
+    again = [WorkItem(i, 50.0, 110.0 + i, 100.0, slo_ms=100.0) for i in range(5, 8)]
+    plan = policy.plan({"s": again}, {"s": slow}, now_ms=50)
+    assert not plan.probe and plan.session is None and sorted(dict(plan.dropped)) == [5, 6, 7]
+    plan = policy.plan({"s": again}, {"s": slow}, now_ms=100)
+    assert plan.probe and plan.batch == (7,)
+
+
+def test_a_probe_never_takes_the_device_from_a_batch_that_fits():
+    policy = NexusPolicy(sigmas=0)
+    slow = make_profile(per_item_ms=100, fixed_ms=50)
+    hopeless = [WorkItem(0, 0.0, 60.0, 100.0, slo_ms=100.0)]
+    fits = [WorkItem(1, 0.0, 500.0, 500.0, slo_ms=500.0)]
+    plan = policy.plan({"s": hopeless, "t": fits}, {"s": slow, "t": PROFILE}, now_ms=0)
+    assert not plan.probe and plan.session == "t" and dict(plan.dropped) == {0: "deadline"}
 
 
 def test_priority_beats_earlier_deadline():
