@@ -250,8 +250,8 @@ class NexusPolicy:
         items ahead of it). An item the full window would miss is kept when a smaller
         batch that starts with it meets its own deadlines and still leaves the next
         window time to meet theirs (`_smaller_batch`): after a stall, the head of the
-        queue is served late in the burst rather than dropped, while under overload,
-        when the next window would miss too, the head goes as Nexus drops it."""
+        queue runs in a smaller batch rather than being dropped, while under overload,
+        when the next window would miss too, the head is dropped as Nexus drops it."""
         for i in range(len(items)):
             size = min(window, len(items) - i)
             earliest = min(w.deadline_ms for w in items[i:i + size])

@@ -41,6 +41,19 @@ def test_early_drop_removes_heads_that_block_the_planned_batch():
     assert plan.batch[0] == 2 and len(plan.batch) == 9  # l(9) = 95 <= 100
 
 
+def test_a_head_the_window_misses_runs_in_a_smaller_batch_when_the_rest_still_fit():
+    """Budgets of 200 ms plan a window of 9 (l(9) = 95), which misses item 0's 40 ms.
+    A batch of 3 (l(3) = 35) meets it, and the next 9 still finish by 200 after it:
+    nothing is dropped. When they would not (deadlines of 100), item 0 is dropped."""
+    head = make_item(0, 40, budget_ms=200)
+    plan = NexusPolicy(sigmas=0).plan({"s": [head] + [make_item(i, 200, budget_ms=200) for i in range(1, 12)]},
+                                      {"s": PROFILE}, now_ms=0)
+    assert plan.batch == (0, 1, 2) and plan.dropped == ()
+    plan = NexusPolicy(sigmas=0).plan({"s": [head] + [make_item(i, 100, budget_ms=200) for i in range(1, 12)]},
+                                      {"s": PROFILE}, now_ms=0)
+    assert dict(plan.dropped) == {0: "deadline"} and plan.batch[0] == 1
+
+
 def test_no_batch_passes_the_efficient_batch():
     # items cost 6 ms in batches of 4 and 9 ms in 16: a long queue with room for 16 runs 4
     sizes = (1, 2, 4, 8, 16)
