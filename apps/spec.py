@@ -81,8 +81,15 @@ class AppearanceOptions(BaseModel):
                                                         "when detections are matched to tracks")
 
 
+# the schema says what `_crowd_options_need_ocsort` checks, so that a client generating
+# requests from it (and schemathesis) knows these fields go only with kind: ocsort
+OCSORT_ONLY_SCHEMA = {"if": {"properties": {"kind": {"const": "bytetrack"}}, "required": ["kind"]},
+                      "then": {"properties": {"appearance": {"type": "null"}, "height_iou": {"const": False}}}}
+
+
 class TrackerOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, strict=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, strict=True,
+                              json_schema_extra=OCSORT_ONLY_SCHEMA)
 
     lost_track_s: float = Field(1.5, gt=0, le=600, description="keep a lost track this long for re-association")
     min_hits: json_int(ge=1, le=1000) = Field(3, description="detections in a row that confirm a track: it "

@@ -52,6 +52,9 @@ POLICIES = ("nexus", "tfs", "clipper", "nobatch")
 # lower-priority requests.
 BLOCK_SHARE = 0.2
 FAIRNESS_ALPHA = 0.02  # weight of one outcome in a flow's served share
+# how much faster than its profile a probe batch allows the device to be (engine/observed.py
+# corrects profiles by up to as much)
+PROBE_RANGE = 10.0
 MAX_FLOWS = 4096
 
 
@@ -133,7 +136,7 @@ class NexusPolicy:
         # then the earliest deadline
         best = min(runnable, key=lambda c: (-max(w.priority for w in c[2]), not any(w.downstream for w in c[2]),
                                             min(w.deadline_ms for w in c[2])), default=None)
-        probe = best is None and self._probe(candidates, now_ms)
+        probe = best is None and self._probe(candidates, profiles, now_ms)
         if probe:
             best = next(c for c in candidates if c[2])
         dropped: list[tuple[int, str]] = []
@@ -156,10 +159,12 @@ class NexusPolicy:
             return Plan(dropped=tuple(dropped), wait_until_ms=min(wakes, default=None))
         return Plan(best[0], tuple(w.item_id for w in best[2]), tuple(dropped), probe=probe)
 
-    def _probe(self, candidates: list[list], now_ms: float) -> bool:
+    def _probe(self, candidates: list[list], profiles: Mapping[str, Profile], now_ms: float) -> bool:
         """With nothing to run, turn one session whose whole queue would be dropped into
         a probe (its candidate gets a batch: the latest-deadline items of its highest
-        priority, as many as it plans, and the rest of its queue to drop). The session
+        priority, as many as it plans, and the rest of its queue to drop). Only items
+        that a device `PROBE_RANGE` times faster than the profile could still finish in
+        time are probed: one already past its deadline shows nothing. The session
         probed longest ago goes first; each at most once per its tightest SLO."""
         due = []
         for c in candidates:
@@ -168,18 +173,20 @@ class NexusPolicy:
             last = self.probed.get(session)
             if math.isfinite(slo) and (last is None or now_ms - last >= slo):
                 due.append((-items[0].priority, last if last is not None else -math.inf, session, c))
-        if not due:
-            return False
-        c = min(due, key=lambda d: d[:3])[3]
-        session, items, planned = c[0], c[1], c[5]
-        top = [w for w in items if w.priority == items[0].priority]
-        batch = sorted(top, key=lambda w: w.deadline_ms)[-planned:]
-        chosen = {w.item_id for w in batch}
-        c[2], c[3] = batch, [w for w in items if w.item_id not in chosen]
-        if len(self.probed) > MAX_FLOWS:
-            self.probed.clear()
-        self.probed[session] = now_ms
-        return True
+        for *_, c in sorted(due, key=lambda d: d[:3]):
+            session, items, planned = c[0], c[1], c[5]
+            soonest = now_ms + profiles[session].latency_ms(1) / PROBE_RANGE
+            top = [w for w in items if w.priority == items[0].priority and w.deadline_ms >= soonest]
+            if not top:
+                continue
+            batch = sorted(top, key=lambda w: w.deadline_ms)[-planned:]
+            chosen = {w.item_id for w in batch}
+            c[2], c[3] = batch, [w for w in items if w.item_id not in chosen]
+            if len(self.probed) > MAX_FLOWS:
+                self.probed.clear()
+            self.probed[session] = now_ms
+            return True
+        return False
 
     def shed(self, flow: str) -> None:
         """An item of `flow` was dropped before it reached a queue (at admission)."""

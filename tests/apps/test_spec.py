@@ -46,6 +46,26 @@ def test_bad_fields_are_named_with_the_value(patch, fragment):
     assert fragment in str(info.value)
 
 
+@pytest.mark.parametrize("tracker", [{"kind": "bytetrack", "height_iou": True},
+                                     {"kind": "bytetrack", "appearance": {"gate": 5.0}},
+                                     {"kind": "ocsort", "height_iou": True}, {"height_iou": True},
+                                     {"kind": "bytetrack"}, {"kind": "bytetrack", "appearance": None}])
+def test_the_schema_refuses_what_the_spec_refuses(tracker):
+    """A client generating requests from the OpenAPI schema (schemathesis did) must not
+    be able to make a tracker the server refuses."""
+    import jsonschema
+
+    from apps.spec import TrackerOptions
+
+    schema_says = jsonschema.Draft202012Validator(TrackerOptions.model_json_schema()).is_valid(tracker)
+    try:
+        parse_spec({**VALID, "tracker": tracker})
+        spec_says = True
+    except SpecError:
+        spec_says = False
+    assert schema_says == spec_says
+
+
 def test_missing_name_and_non_mapping():
     with pytest.raises(SpecError, match="name: Field required"):
         parse_spec({"detector": "motion"})

@@ -86,6 +86,17 @@ def test_an_idle_device_probes_a_queue_it_would_drop_whole_once_per_slo():
     assert plan.probe and plan.batch == (7,)
 
 
+def test_items_past_their_deadline_are_never_probed():
+    """Even a device ten times faster than the profile could not finish these (l(1) =
+    150, 13 ms left at the most): a probe would show nothing, and they are dropped."""
+    policy = NexusPolicy(sigmas=0)
+    slow = make_profile(per_item_ms=100, fixed_ms=50)
+    late = [WorkItem(i, 0.0, 5.0 + 4 * i, 100.0, slo_ms=100.0) for i in range(3)]
+    plan = policy.plan({"s": late}, {"s": slow}, now_ms=0)
+    assert not plan.probe and plan.session is None and sorted(dict(plan.dropped)) == [0, 1, 2]
+    assert "s" not in policy.probed  # the next queue that could be served is probed at once
+
+
 def test_a_probe_never_takes_the_device_from_a_batch_that_fits():
     policy = NexusPolicy(sigmas=0)
     slow = make_profile(per_item_ms=100, fixed_ms=50)

@@ -120,7 +120,7 @@ def test_no_kv_leak_after_ten_thousand_requests(tiny):
     assert not e.running and not e.waiting
 
 
-@pytest.mark.slow
+@pytest.mark.exclusive  # device shares in lane time: another test's load on the cores moves them
 @pytest.mark.parametrize("lanes", [1, 2])
 def test_llm_steps_keep_their_share_beside_a_saturated_vision_engine(tiny, lanes):
     """SceneDet's queue never empties (two clients keep 12 frames each outstanding): the
