@@ -27,7 +27,9 @@ Scenarios (JSON keys):
   processes at nice 10 beside the engine (bench/hogs.py), twice: profiles measured
   under the hogs and served quiet (`measured_busy_served_quiet`: the profile is too
   slow), and measured quiet and served under the hogs (`measured_quiet_served_busy`:
-  too fast). Goodput per policy and the Nexus/best-baseline ratio of each.
+  too fast). Goodput per policy and the Nexus/best-baseline ratio of each. Then
+  `hogs_end`: Nexus on `single` at its quiet goodput beside the hogs, and each second's
+  goodput as a share of quiet once they end (`recovered_within_s`).
 """
 
 from __future__ import annotations
@@ -225,7 +227,25 @@ class Bench:
                 self.measuring, self.serving, self.o = nullcontext(), nullcontext(), options
             out[name] = {"single": {k: single[k] for k in ("goodput", "bound", "ratio_vs_best_baseline")},
                          "shared_backbone": {k: shared[k] for k in ("goodput_frames_per_s", "ratio_vs_best_baseline")}}
+        out["hogs_end"] = self.hogs_end()
         return out
+
+    def hogs_end(self, seconds: int = 10) -> dict:
+        """Nexus on `single` at its quiet goodput: ten seconds beside the hogs, then, once
+        they end, each second's goodput as a share of the quiet one."""
+        self.log("  contended: after the hogs end")
+        with self.engine("nexus", ["m0"]) as engine:
+            def streams(rate: float) -> list[Stream]:
+                return [Stream("cam", (("app", "m0"),), rate, self.o.slo_ms)]
+
+            quiet = self.goodput(engine, streams, 1.15 * bound(engine, "m0", self.o.slo_ms))
+            target = EngineTarget(engine, self.frames)
+            with Hogs(self.o.hogs):
+                busy = run_trial(target, streams(quiet), 10.0, seed=self.o.seed + 5).attainment()
+            shares = [round(run_trial(target, streams(quiet), 1.0, seed=self.o.seed + 10 + k,
+                                      warmup_s=0.0).attainment(), 3) for k in range(seconds)]
+        return {"quiet_goodput": round(quiet, 2), "attainment_beside_hogs": round(busy, 4),
+                "share_of_quiet_by_second": shares, "recovered_within_s": recovered_within(shares)}
 
     def measured_capacity(self, engine: Engine, model: str, slo_ms: float, version=None,
                           frames: dict | None = None) -> float:
@@ -319,6 +339,15 @@ class Bench:
         return out
 
 
+def recovered_within(shares: list[float], floor: float = 0.9) -> int | None:
+    """Seconds until goodput is back to `floor` of quiet and stays there (None: not in
+    the seconds measured)."""
+    for k in range(len(shares)):
+        if all(s >= floor for s in shares[k:]):
+            return k + 1
+    return None
+
+
 def _street_frames(n: int) -> list[np.ndarray]:
     from sample_videos.render import RenderConfig, Renderer
 
@@ -373,6 +402,10 @@ def format_report(result: dict) -> str:
             lines.append(f"| swap | {k} | {s[k]} |")
     if "contended" in result:
         c = result["contended"]
+        if "hogs_end" in c:
+            h = c["hogs_end"]
+            lines.append(f"| contended, {c['hogs']} busy: hogs end | nexus goodput share of quiet, second by "
+                         f"second | {h['share_of_quiet_by_second']} (back to 0.9 in {h['recovered_within_s']} s) |")
         for case in ("measured_busy_served_quiet", "measured_quiet_served_busy"):
             if case not in c:
                 continue

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.engine import EngineBenchOptions, format_report
+from bench.engine import EngineBenchOptions, format_report, recovered_within
 
 
 def test_contended_reports_each_case_and_its_ratio():
@@ -22,3 +22,9 @@ def test_hogs_are_bounded():
     with pytest.raises(ValueError, match="hogs must be 1 to 64"):
         EngineBenchOptions(hogs=0)
     assert EngineBenchOptions().hogs >= 1
+
+
+def test_recovery_is_the_second_from_which_goodput_stays_back():
+    assert recovered_within([1.0, 0.96, 1.0]) == 1
+    assert recovered_within([0.5, 0.95, 0.8, 0.92, 1.0]) == 4  # a dip after the first recovery counts
+    assert recovered_within([0.5, 0.6]) is None
