@@ -46,7 +46,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from bench.hogs import NICE, Hogs, default_hogs
+from bench.hogs import MAX_HOGS, NICE, Hogs, default_hogs
 from bench.workload import EngineTarget, Stream, run_trial, search_goodput
 from engine.engine import Engine
 from engine.repository import ModelRepository
@@ -71,8 +71,8 @@ class EngineBenchOptions:
     hogs: int = field(default_factory=default_hogs)  # busy processes in the contended scenario
 
     def __post_init__(self) -> None:
-        if not 1 <= self.hogs <= 64:
-            raise ValueError(f"hogs must be 1 to 64; was {self.hogs}")
+        if not 1 <= self.hogs <= MAX_HOGS:
+            raise ValueError(f"hogs must be 1 to {MAX_HOGS}; was {self.hogs}")
 
     @property
     def trial(self) -> float:
@@ -153,8 +153,6 @@ class Bench:
 
     def goodput(self, engine: Engine, make_streams, hi: float, frames: dict | None = None) -> float:
         target = EngineTarget(engine, frames or self.frames)
-        # A warm-up at half the upper rate first: adaptive policies (Clipper's AIMD, the
-        # engine's observed latencies) start each search from the same learned state.
 
         def attainment(rate: float) -> float:
             result = run_trial(target, make_streams(rate), self.o.trial, seed=self.o.seed)
@@ -162,6 +160,8 @@ class Bench:
             return result.attainment()
 
         with self.serving:
+            # A warm-up at half the upper rate first: adaptive policies (Clipper's AIMD, the
+            # engine's observed latencies) start each search from the same learned state.
             run_trial(target, make_streams(0.5 * hi), max(2.0, self.o.trial / 2), seed=self.o.seed + 99)
             return search_goodput(attainment, hi, self.o.steps, retries=0 if self.o.quick else 1)
 

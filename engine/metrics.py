@@ -87,7 +87,7 @@ class EngineMetrics:
                                    "to see whether it is wrong (nothing else would use the device)",
                                    ["model", "fragment"], registry=r)
         self.profile_factor = Gauge("vigil_profile_factor", "What plans scale a fragment session's stored profile "
-                                    "by: its batches' observed/profiled latency, plus two deviations",
+                                    "by: the 0.9 quantile of its recent batches' observed/profiled latency",
                                     ["session"], registry=r)
         self.queue_depth = Gauge("vigil_queue_depth", "Items waiting per fragment session", ["session"], registry=r)
         self._shed = PromCounter("vigil_app_shed", "An app's frames shed under load, by reason: deadline and "

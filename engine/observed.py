@@ -24,8 +24,9 @@ from dataclasses import dataclass, field
 
 from engine.profiles import Profile
 
-# how far one batch may move the slowdown: a profile measured on a busy machine is
-# 2-3x slow (engine/machine_load.py), and a neighbour arriving later slows batches as much
+# the range one batch's observed/profiled ratio is clamped to: a profile measured on a
+# busy machine is 2-3x slow (engine/machine_load.py), and a neighbour arriving later
+# slows batches as much
 RATIO_MIN, RATIO_MAX = 0.1, 10.0
 WINDOW = 32  # batches remembered per session
 QUANTILE = 0.9  # of their ratios, what plans scale profiles by

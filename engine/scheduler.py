@@ -44,6 +44,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Mapping, Protocol, Sequence
 
+from engine.observed import RATIO_MIN
 from engine.profiles import Profile
 
 POLICIES = ("nexus", "tfs", "clipper", "nobatch")
@@ -52,9 +53,9 @@ POLICIES = ("nexus", "tfs", "clipper", "nobatch")
 # lower-priority requests.
 BLOCK_SHARE = 0.2
 FAIRNESS_ALPHA = 0.02  # weight of one outcome in a flow's served share
-# how much faster than its profile a probe batch allows the device to be (engine/observed.py
-# corrects profiles by up to as much)
-PROBE_RANGE = 10.0
+# how much faster than its profile a probe batch allows the device to be: as far as
+# engine/observed.py corrects a profile
+PROBE_RANGE = 1.0 / RATIO_MIN
 MAX_FLOWS = 4096
 
 
