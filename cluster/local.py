@@ -104,7 +104,10 @@ class RayHead:
             time.sleep(0.3)
         return self
 
-    def stop(self, timeout_s: float = 30.0) -> None:
+    def stop(self, timeout_s: float = 5.0) -> None:
+        """SIGTERM, then SIGKILL after `timeout_s`: `ray start --block` answers SIGTERM by
+        waiting on each of its processes' grace in turn, over 30 s, and this head's state
+        is its temp dir's, thrown away with it."""
         if self.proc is None:
             return
         if self.proc.poll() is None:
