@@ -25,7 +25,7 @@ import numpy as np
 
 from engine.classes import Classes
 from engine.detections import Detections
-from engine.repository import YOLO_KINDS, ModelSpec, RepositoryError
+from engine.repository import DENSE_KINDS, YOLO_KINDS, ModelSpec, RepositoryError
 from engine.tracing import TracedModule
 
 log = logging.getLogger("vigil.engine")
@@ -112,6 +112,8 @@ class LoadedModel:
             return self._centernet(leaf, [output], frame_size)[0]
         if kind in YOLO_KINDS:
             return yolo_detections(self.spec, output, frame_size)
+        if kind in DENSE_KINDS:
+            return dense_detections(self.spec, [output], [frame_size])[0]
         import torch
 
         tensor = output.float().cpu()
@@ -123,6 +125,10 @@ class LoadedModel:
         """`postprocess` of several items of one leaf. A CenterNet head's peaks are found
         for items of one frame size at once: its dozen small operators cost about as
         much per call as the work in them (0.32 ms an item alone, 0.17 in eights)."""
+        if self.spec.output in DENSE_KINDS and len(outputs) > 1:
+            for output in outputs:
+                check_output(self.spec, output)
+            return dense_detections(self.spec, outputs, frame_sizes)
         if self.spec.output == "centernet" and len(outputs) > 1 and len(set(frame_sizes)) == 1:
             for output in outputs:
                 check_output(self.spec, output)
@@ -161,6 +167,27 @@ def yolo_detections(spec: ModelSpec, output: Any, frame_size: tuple[int, int]) -
     return Detections(xyxy, found.score[known].numpy(), found.cls[known].numpy())
 
 
+def dense_detections(spec: ModelSpec, outputs: list[dict], frame_sizes: list[tuple[int, int]]) -> list[Detections]:
+    """Items' dense outputs (engine/anchor_free.py) -> Detections in frame pixels, decoded
+    as one batch, then suppressed item by item as YOLO's."""
+    import torch
+
+    from engine import anchor_free, yolo
+
+    post, hw = spec.postprocess, spec.input.size
+    batch = {k: torch.stack([o[k] for o in outputs]) for k in outputs[0]}
+    if spec.output == "centernet_ltrb":
+        found = anchor_free.centernet_ltrb(batch["heatmap"], batch["ltrb"], hw, post.min_score)
+    else:
+        found = anchor_free.gfl(anchor_free.gfl_levels(batch, len(spec.labels)), hw, post.min_score)
+    out = []
+    for candidates, size in zip(found, frame_sizes):
+        kept = yolo.suppress("yolo", candidates, post.nms_iou, post.max_detections, post.class_agnostic)
+        out.append(Detections(yolo.to_frame(kept.xyxy.cpu().numpy(), size, hw, False), kept.score.cpu().numpy(),
+                              kept.cls.cpu().numpy()))
+    return out
+
+
 def named_detections(spec: ModelSpec, output: dict, frame_size: tuple[int, int]) -> Detections:
     """One image's named outputs (boxes in input pixels, scores, labels) -> Detections."""
     from engine.yolo import to_frame
@@ -173,7 +200,7 @@ def named_detections(spec: ModelSpec, output: dict, frame_size: tuple[int, int])
     return Detections(xyxy, scores[keep], labels[keep])
 
 
-CHECKED_KINDS = ("classification", "centernet", *YOLO_KINDS)  # outputs whose layout is checked at load
+CHECKED_KINDS = ("classification", "centernet", *YOLO_KINDS, *DENSE_KINDS)  # outputs whose layout is checked at load
 CENTERNET_KEYS = {"heatmap", "offset", "size"}
 
 
@@ -190,6 +217,23 @@ def check_output(spec: ModelSpec, output: Any) -> None:
         if not isinstance(output, dict) or set(output) != CENTERNET_KEYS:
             seen = sorted(output) if isinstance(output, dict) else type(output).__name__
             raise OutputMismatch(f"a centernet output is a dict of {sorted(CENTERNET_KEYS)} per head; was {seen}")
+    elif spec.output == "centernet_ltrb":
+        if not isinstance(output, dict) or set(output) != {"heatmap", "ltrb"}:
+            seen = sorted(output) if isinstance(output, dict) else type(output).__name__
+            raise OutputMismatch(f"a centernet_ltrb output is a dict of ['heatmap', 'ltrb']; was {seen}")
+        heat, ltrb = output["heatmap"].shape, output["ltrb"].shape
+        if len(heat) != 3 or heat[-1] != len(spec.labels) or tuple(ltrb) != (*heat[:2], 4):
+            raise OutputMismatch(f"a centernet_ltrb output is heatmap [h, w, {len(spec.labels)} classes] and ltrb "
+                                 f"[h, w, 4]; were {list(heat)} and {list(ltrb)}")
+    elif spec.output == "gfl":
+        from engine.anchor_free import gfl_levels
+
+        if not isinstance(output, dict):
+            raise OutputMismatch(f"a gfl output is a dict of named outputs; was {type(output).__name__}")
+        try:
+            gfl_levels({k: v.unsqueeze(0) for k, v in output.items()}, len(spec.labels))
+        except ValueError as exc:
+            raise OutputMismatch(str(exc)) from None
     elif spec.output in YOLO_KINDS:
         from engine.yolo import LayoutError, check_layout
 
@@ -318,7 +362,7 @@ def load_model(spec: ModelSpec, folder: Path, version: int, device: str) -> Load
     yaml_path = folder / "model.yaml"
     try:
         builder = {"python": _torch_model, "torchvision": _torch_model, "torchscript": _torch_file,
-                   "torch_export": _torch_file, "onnx": _onnx, "opencv_hog": _opencv,
+                   "torch_export": _torch_file, "onnx": _onnx, "tfjs": _tfjs, "opencv_hog": _opencv,
                    "opencv_haar": _opencv, "transformers": _transformers}[spec.adapter]
         model = builder(spec, folder, version, device)
         if spec.output in CHECKED_KINDS:
@@ -615,6 +659,31 @@ def _onnx(spec: ModelSpec, folder: Path, version: int, device: str) -> LoadedMod
     frag = Fragment("model", _file_hash(path, {"adapter": "onnx", **_root_extra(spec)}), None,
                     image_input(spec, "cpu", run), _torch_collate, _torch_split, session)
     return LoadedModel(spec, version, folder, device, {"model": frag}, False, image_preprocess(spec, "cpu"))
+
+
+def _tfjs(spec: ModelSpec, folder: Path, version: int, device: str) -> LoadedModel:
+    """A TensorFlow.js graph model (`weights`: its model.json, its shards beside it), run
+    natively (engine/tfjs). `config.outputs` names the graph outputs to compute, by the
+    keys the output kind reads (all of the signature's when not given). The graph's input
+    size is fixed: `input.size` must be it."""
+    from engine.tfjs.graph import TfjsError, read_graph
+    from engine.tfjs.module import GraphModule
+
+    yaml_path = folder / "model.yaml"
+    unknown = set(spec.config) - {"outputs"}
+    if unknown:
+        raise RepositoryError(f"{yaml_path}: config: a tfjs model takes only outputs; was {sorted(unknown)}")
+    try:
+        graph = read_graph(folder / spec.weights)
+        module = GraphModule(graph, spec.config.get("outputs"), spec.input.size).eval()
+    except TfjsError as exc:
+        raise RepositoryError(f"{yaml_path}: weights: {exc}") from None
+    if spec.input.size != module.input_hw:
+        raise RepositoryError(f"{yaml_path}: input: size: the graph's input is {list(module.input_hw)} "
+                              f"([height, width]); give it as size")
+    topology = hashlib.sha256(module.topology().encode()).hexdigest()
+    digest = torch_hash(module, {"adapter": "tfjs", "graph": topology, **_root_extra(spec)})
+    return _single(spec, folder, version, device, module.to(device), digest)
 
 
 def fit_to_file(spec: ModelSpec, shape: list, yaml_path: Path, filename: str) -> tuple[ModelSpec, int | None]:

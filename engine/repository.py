@@ -21,11 +21,13 @@ from typing import Any, Literal, get_args
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-Adapter = Literal["python", "torchvision", "torchscript", "torch_export", "onnx", "opencv_hog", "opencv_haar",
+Adapter = Literal["python", "torchvision", "torchscript", "torch_export", "onnx", "tfjs", "opencv_hog", "opencv_haar",
                   "transformers"]
 YoloKind = Literal["yolo", "yolov5", "yolo_end2end"]  # decoded by engine/yolo.py
-OutputKind = Literal["centernet", "classification", "tensor", "detections", YoloKind]
+DenseKind = Literal["centernet_ltrb", "gfl"]  # decoded by engine/anchor_free.py, then suppressed as YOLO's
+OutputKind = Literal["centernet", "classification", "tensor", "detections", YoloKind, DenseKind]
 ADAPTERS, YOLO_KINDS, OUTPUT_KINDS = get_args(Adapter), get_args(YoloKind), get_args(OutputKind)
+DENSE_KINDS = get_args(DenseKind)
 DETECTION_ROLES = ("boxes", "scores", "labels")  # an onnx detector's named outputs
 NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 
@@ -99,6 +101,8 @@ class ModelSpec(BaseModel):
     outputs: dict[str, str] = Field(default_factory=dict, description="onnx detections: which named output holds "
                                     "the boxes (x1, y1, x2, y2 in input pixels), scores and labels")
     labels: list[str] = Field(default_factory=list)
+    domain: Literal["real", "synthetic"] | None = Field(None, description="what the model was trained on: an app "
+                                                         "running a synthetic-domain model on any other source warns")
     heads: dict[str, list[str]] = Field(default_factory=dict, description="leaf fragment -> the labels it detects")
     batch_sizes: list[int] = Field(default_factory=lambda: [1, 2, 4, 8, 16], description="sizes to profile and run")
     quality: float | None = Field(None, description="accuracy measure (e.g. held-out mAP) used by adaptive selection")
@@ -116,11 +120,11 @@ class ModelSpec(BaseModel):
             raise ValueError("factory: the python adapter needs factory: 'module:function'")
         if self.adapter == "torchvision" and not self.arch:
             raise ValueError("arch: the torchvision adapter needs arch, e.g. resnet18")
-        if self.adapter in ("python", "torchvision", "torchscript", "torch_export", "onnx") and not self.weights:
+        if self.adapter in ("python", "torchvision", "torchscript", "torch_export", "onnx", "tfjs") and not self.weights:
             raise ValueError(f"weights: the {self.adapter} adapter needs a weights file (or 'random' for benchmarks)")
         if self.weights == "random" and self.adapter not in ("python", "torchvision"):
             raise ValueError("weights: 'random' only makes sense for python and torchvision models")
-        if self.output in YOLO_KINDS and not self.labels:
+        if self.output in (*YOLO_KINDS, *DENSE_KINDS) and not self.labels:
             raise ValueError(f"labels: a {self.output} model needs its class names, in the order of its outputs")
         if self.outputs:
             if self.adapter != "onnx" or self.output != "detections":
