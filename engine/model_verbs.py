@@ -49,6 +49,11 @@ class ModelVerbs:
         with self._cond:
             return tuple(self.manager.resolve(name, version).model.spec.labels)
 
+    def domain(self, name: str, version: int | str | None = None) -> str | None:
+        """What the version a request would get was trained on (model.yaml's domain)."""
+        with self._cond:
+            return self.manager.resolve(name, version).model.spec.domain
+
     def versions(self, name: str) -> list[int]:
         with self._cond:
             return sorted(self.manager.versions.get(name, {}))

@@ -37,7 +37,7 @@ def cores_kept_busy():
 
 
 def run(out, realtime: bool = False) -> dict:
-    specs = [load_spec("people-counter"), load_spec("vehicle-counter")]
+    specs = [load_spec("people-counter-scenedet"), load_spec("vehicle-counter-scenedet")]
     return run_offline(str(CLIP), specs, RunOptions(out, video=False, realtime=realtime))
 
 
@@ -59,14 +59,14 @@ def test_events_do_not_depend_on_how_busy_the_machine_is(tmp_path):
 @pytest.mark.slow
 def test_realtime_paces_the_file_and_may_drop(short_clip, tmp_path):
     clip, truth = short_clip
-    specs = [load_spec("people-counter").model_copy(update={"slo_ms": 1.0})]  # no frame can make 1 ms
+    specs = [load_spec("people-counter-scenedet").model_copy(update={"slo_ms": 1.0})]  # no frame can make 1 ms
     summary = run_offline(str(clip), specs, RunOptions(tmp_path, video=False, realtime=True))
     assert summary["realtime"] is True
     # paced at the clip's frame rate: no faster than the clip lasts
     assert summary["wall_s"] >= 0.9 * truth["num_frames"] / truth["fps"]
-    dropped = summary["apps"]["people-counter"]["dropped"]
+    dropped = summary["apps"]["people-counter-scenedet"]["dropped"]
     assert sum(dropped.values()) > 0 and set(dropped) <= {"deadline"}, dropped
     exact = run_offline(str(clip), specs, RunOptions(tmp_path / "exact", video=False))
-    assert exact["apps"]["people-counter"]["dropped"] == {}
-    assert json.loads((tmp_path / "exact" / "summary.json").read_text())["apps"]["people-counter"][
+    assert exact["apps"]["people-counter-scenedet"]["dropped"] == {}
+    assert json.loads((tmp_path / "exact" / "summary.json").read_text())["apps"]["people-counter-scenedet"][
         "slo_attainment"] == 0.0  # measured against the SLO all the same

@@ -17,8 +17,8 @@ from vigil.offline import RunError, RunOptions, run_offline
 from vigil.tracking_eval import TRACKED_APPS, stays_followed, stays_within
 
 # app -> (line, the ground-truth classes it counts)
-COUNTED = [("people-counter", "midblock", ["person"]), ("people-counter", "crosswalk", ["person"]),
-           ("vehicle-counter", "midblock", ["car", "bike"])]
+COUNTED = [("people-counter-scenedet", "midblock", ["person"]), ("people-counter-scenedet", "crosswalk", ["person"]),
+           ("vehicle-counter-scenedet", "midblock", ["car", "bike"])]
 
 
 def read_events(out) -> list[dict]:
@@ -48,7 +48,7 @@ def dwell_errors(out, truth: dict, tolerance: float) -> list[str]:
             for zone, ms in (e.get("dwell_ms") or {}).items():
                 got[(e["app"], zone, e["class"])] += ms
     errors = []
-    for name in ("people-counter", "vehicle-counter"):
+    for name in ("people-counter-scenedet", "vehicle-counter-scenedet"):
         spec = load_spec(name)
         for zone in spec.zones:
             for cls in spec.classes:
@@ -62,12 +62,12 @@ LOITER_S = 8.0  # the bundled clips have stays on both sides of it: people wait 
 
 
 def loiter_errors(out, truth: dict, margin_ms: float = 500.0) -> tuple[float, list, list]:
-    """people-counter's zone_dwell events against the truth's stays: the share of the
+    """people-counter-scenedet's zone_dwell events against the truth's stays: the share of the
     stays longer than LOITER_S (by more than `margin_ms`, the dwell tolerance) that got
     one, in their zone while they were in it; the stays that got none; and the events
     that match no stay as long (a stay within `margin_ms` of LOITER_S may go either way)."""
     loiter = LOITER_S * 1000.0
-    spec = load_spec("people-counter")
+    spec = load_spec("people-counter-scenedet")
     dwell = [e for e in read_events(out) if e["type"] == "zone_dwell" and e["app"] == spec.name]
     stays = [s for s in truth["stays"] if s["zone"] in spec.zones and s["class"] in spec.classes]
     used: set[int] = set()
@@ -90,7 +90,7 @@ def loiter_errors(out, truth: dict, margin_ms: float = 500.0) -> tuple[float, li
 
 
 def run_counts(clip, out):
-    specs = [load_spec("people-counter").model_copy(update={"loiter_s": LOITER_S}), load_spec("vehicle-counter")]
+    specs = [load_spec("people-counter-scenedet").model_copy(update={"loiter_s": LOITER_S}), load_spec("vehicle-counter-scenedet")]
     return run_offline(str(clip), specs, RunOptions(out, video=False))
 
 
@@ -122,16 +122,16 @@ def test_line_counts_match_truth_on_bundled_clips(clip, tmp_path):
 
 @pytest.mark.slow
 def test_colour_keeps_people_in_a_crowd_on_their_own_tracks(tmp_path):
-    """people-counter's tracker matches by colour too (tracker.appearance): on the
+    """people-counter-scenedet's tracker matches by colour too (tracker.appearance): on the
     crowded clip, more stays are followed by the right person's track than by place
     alone (0.907 against 0.72 when measured, both modulating IoU by height; 0.80 against
     0.72 before the rules for covered middles, the border and hidden tracks)."""
     clip = next(c for c in BUNDLED if c.stem == "street_c")
-    spec = load_spec("people-counter")
+    spec = load_spec("people-counter-scenedet")
     assert spec.tracker.appearance is not None
     followed = {}
     for name, tracker in (("colour", spec.tracker), ("place", spec.tracker.model_copy(update={"appearance": None}))):
-        specs = [spec.model_copy(update={"tracker": tracker}), load_spec("vehicle-counter")]
+        specs = [spec.model_copy(update={"tracker": tracker}), load_spec("vehicle-counter-scenedet")]
         run_offline(str(clip), specs, RunOptions(tmp_path / name, video=False))
         followed[name] = stays_followed(read_events(tmp_path / name), load_truth(clip), specs)
     assert followed["colour"] >= followed["place"] + 0.05, followed
@@ -151,12 +151,12 @@ def test_line_counts_match_truth_on_other_seeds(seed, tmp_path):
 @pytest.mark.slow
 def test_outputs_are_written_and_consistent(short_clip, tmp_path):
     clip, truth = short_clip
-    specs = [load_spec(n) for n in ("people-counter", "vehicle-counter", "motion")]
+    specs = [load_spec(n) for n in ("people-counter-scenedet", "vehicle-counter-scenedet", "motion")]
     summary = run_offline(str(clip), specs, RunOptions(tmp_path, video=True))
     on_disk = json.loads((tmp_path / "summary.json").read_text())
     assert on_disk == summary
     assert summary["frames_decoded"] == truth["num_frames"] and summary["wall_s"] > 0
-    for name in ("people-counter", "vehicle-counter", "motion"):
+    for name in ("people-counter-scenedet", "vehicle-counter-scenedet", "motion"):
         app = summary["apps"][name]
         assert {"tracks", "lines", "latency_ms", "slo_attainment"} <= set(app)
         assert 0 <= app["slo_attainment"] <= 1 and app["latency_ms"]["p50"] <= app["latency_ms"]["p99"]
@@ -178,7 +178,7 @@ def test_clips_hold_each_events_frame(tmp_path):
     """`--clips`: each event names a clip of the file around it, and the event's own
     frame is in it (remuxed: the very pixels the file decodes to)."""
     clip = BUNDLED[0]
-    run_offline(str(clip), [load_spec("people-counter")], RunOptions(tmp_path, video=False, clips=True))
+    run_offline(str(clip), [load_spec("people-counter-scenedet")], RunOptions(tmp_path, video=False, clips=True))
     with av.open(str(clip)) as c:
         source = {round(f.time * 1000.0, 1): f.to_ndarray(format="rgb24") for f in c.decode(video=0)}
     events = read_events(tmp_path)
@@ -193,7 +193,7 @@ def test_clips_hold_each_events_frame(tmp_path):
 
 def test_clips_need_a_file(tmp_path):
     with pytest.raises(RunError, match="--clips cuts"):
-        run_offline("synthetic://street", [load_spec("people-counter")], RunOptions(tmp_path, clips=True))
+        run_offline("synthetic://street", [load_spec("people-counter-scenedet")], RunOptions(tmp_path, clips=True))
 
 
 def vigil(*args: str) -> subprocess.CompletedProcess:

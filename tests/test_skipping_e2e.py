@@ -15,9 +15,9 @@ def test_skipping_saves_inferences_and_keeps_counts(tmp_path):
     runs = {}
     for skip in (False, True):
         specs = [load_spec(n).model_copy(update={"skip_static": SkipOptions() if skip else None})
-                 for n in ("people-counter", "vehicle-counter")]
+                 for n in ("people-counter-scenedet", "vehicle-counter-scenedet")]
         runs[skip] = run_offline(str(clip), specs, RunOptions(tmp_path / f"out{skip}", video=False))
-    for app in ("people-counter", "vehicle-counter"):
+    for app in ("people-counter-scenedet", "vehicle-counter-scenedet"):
         plain, skipping = runs[False]["apps"][app], runs[True]["apps"][app]
         assert skipping["skipped"] > 0 and plain["skipped"] == 0
         assert skipping["inferences"] <= 0.7 * plain["inferences"], (skipping["inferences"], plain["inferences"])

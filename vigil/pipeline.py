@@ -32,6 +32,7 @@ from engine.engine import Engine
 from engine.metrics import SHED_REASONS
 from engine.repository import RepositoryError
 from engine.requests import Dropped, Request
+from sample_videos.range import from_the_range
 from streams import FrameBlock, FrameSampler
 
 
@@ -56,6 +57,8 @@ class AppRunner:
     rate_shed: float = 0.0  # frames not sampled since load control lowered the rate, not yet counted
     seen_found: int = 0  # the app's num_found when it last grew
     quiet_ms: float = 0.0  # analysed stream time since its model last found one of its classes
+    domain_warning: str | None = None  # its model was trained on other footage than this source's
+    crowd_mark: tuple[int, int] = (0, 0)  # the app's analysed frames and detections when its crowd window began
 
 
 OnError = Callable[[AppRunner, Exception], None]
@@ -82,9 +85,42 @@ def _labels_of(spec: AppSpec, engine: Engine) -> tuple[str, ...]:
     return engine.labels(spec.detector, spec.model_version)
 
 
+def domain_warning(spec: AppSpec, engine: Engine, source: str) -> str | None:
+    """A warning for an app whose model was trained on the synthetic range only, on any
+    other footage: its detections there are not to be trusted, and nothing else says so."""
+    if spec.host_detector or from_the_range(source):
+        return None
+    if engine.domain(spec.detector, spec.model_version) != "synthetic":
+        return None
+    return (f"{spec.detector} was trained on the synthetic range's renders only: on this footage its detections "
+            "are not to be trusted (use a model trained on real footage, such as detector: coco)")
+
+
+CROWD_PER_FRAME = 40  # detections of an app's classes a frame, on average, past which it warns
+CROWD_WINDOW = 50  # analysed frames it averages over
+
+
+def crowd_warning(runner: AppRunner, unchanged: object = None) -> object:
+    """Once a window of analysed frames has passed: a warning when the app's model found
+    CROWD_PER_FRAME or more of its classes a frame over it, else None; `unchanged` while
+    the window fills."""
+    app = runner.app
+    frames, found = app.num_frames - runner.crowd_mark[0], app.num_detections - runner.crowd_mark[1]
+    if frames < CROWD_WINDOW:
+        return unchanged
+    runner.crowd_mark = (app.num_frames, app.num_detections)
+    per_frame = found / frames
+    if per_frame < CROWD_PER_FRAME:
+        return None
+    classes = ", ".join(app.spec.classes) if app.spec.classes else "objects"
+    return (f"reports {per_frame:.0f} {classes} a frame over its last {frames} analysed frames: if the scene does not "
+            "hold that many, its model does not fit this footage")
+
+
 def build_runners(specs: list[AppSpec], engine: Engine, stream_id: str, size: tuple[int, int],
-                  fps: float, make_app: MakeApp = App) -> list[AppRunner]:
-    """Load the apps' models and check their classes; RunError names the app and problem."""
+                  fps: float, make_app: MakeApp = App, source: str = "synthetic://") -> list[AppRunner]:
+    """Load the apps' models and check their classes; RunError names the app and problem.
+    `source`: the footage's URL or path, against which each model's domain is checked."""
     models = sorted({s.detector for s in specs if not s.host_detector})
     for name in models:
         if name not in engine.repository.model_names():
@@ -110,7 +146,8 @@ def build_runners(specs: list[AppSpec], engine: Engine, stream_id: str, size: tu
             except ValueError as exc:
                 raise RunError(f"app {spec.name!r}: {exc}") from None
         skip = StaticFrameFilter(spec.skip_static) if spec.skip_static and not spec.host_detector else None
-        runners.append(AppRunner(make_app(spec, stream_id, size, fps, labels), FrameSampler(spec.fps), host, skip))
+        runners.append(AppRunner(make_app(spec, stream_id, size, fps, labels), FrameSampler(spec.fps), host, skip,
+                                 domain_warning=domain_warning(spec, engine, source)))
     return runners
 
 

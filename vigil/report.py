@@ -22,4 +22,7 @@ def format_table(summary: dict) -> str:
         out.append("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
         if k == 0:
             out.append("  ".join("-" * w for w in widths))
+    for name, app in summary["apps"].items():
+        for warning in app.get("warnings", []):
+            out.append(f"WARNING {name}: {warning}")
     return "\n".join(out)

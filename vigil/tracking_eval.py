@@ -40,7 +40,7 @@ ON_PERSON_IOU = 0.5  # a track's box this close to an object's is on that object
 SEEN = 0.3  # the truth's "seen": its stays count frames at least this visible
 HELD_OUT_SEED0 = 9000  # renders no detector trained on (training uses 1000 on, the bundled clips 11, 22, 33)
 HELD_OUT_S = 20.0
-TRACKED_APPS = ("people-counter", "vehicle-counter")  # the built-in apps with zones
+TRACKED_APPS = ("people-counter-scenedet", "vehicle-counter-scenedet")  # the range's built-in apps, with zones
 
 
 @dataclass(frozen=True)

@@ -35,10 +35,12 @@ from streams.live import ManagedStream
 from vigil.cpu_priority import ThreadLevel
 from vigil.live_frames import LiveFrames
 from vigil.load import LoadGovernor
-from vigil.pipeline import (AppRunner, BlockPipeline, InFlight, MakeApp, RunError, build_runners, observe_block,
-                            submit_block)
+from vigil.pipeline import (AppRunner, BlockPipeline, InFlight, MakeApp, RunError, build_runners, crowd_warning,
+                            observe_block, submit_block)
 from vigil.storage import StorageFull
 
+WARNING_KINDS = ("domain", "crowd", "quiet")  # an app's warnings, in the order they are shown
+_UNCHANGED = object()
 log = logging.getLogger("vigil.worker")
 
 LIVE_FRAME_EVERY_MS = 1000.0
@@ -81,7 +83,7 @@ class StreamWorker:
         # an app whose model has found none of its classes for quiet_after_s of analysed
         # stream time: most often a model whose output does not fit its labels or kind
         self.quiet_after_ms = quiet_after_s * 1000.0
-        self.app_warnings: dict[str, str] = {}
+        self.app_warnings: dict[str, dict[str, str]] = {}  # app -> kind (domain, quiet, crowd) -> warning
         self.live = LiveFrames()  # each app's latest analysed frame, for frame.jpg
         self._live_kept_ms: dict[str, float] = {}
         self._runners: dict[str, AppRunner] = {}
@@ -126,8 +128,22 @@ class StreamWorker:
             self._changed = True
 
     def app_warning(self, name: str) -> str | None:
+        """The app's warnings, most lasting first, as one line (None: none)."""
         with self._lock:
-            return self.app_warnings.get(name)
+            said = self.app_warnings.get(name) or {}
+            return "; ".join(said[k] for k in WARNING_KINDS if k in said) or None
+
+    def _warn(self, name: str, kind: str, warning: str | None) -> bool:
+        """Set (or with None clear) one kind of the app's warnings; whether it changed."""
+        with self._lock:
+            said = self.app_warnings.setdefault(name, {})
+            if said.get(kind) == warning:
+                return False
+            if warning is None:
+                said.pop(kind, None)
+            else:
+                said[kind] = warning
+            return True
 
     def app_names(self) -> list[str]:
         with self._lock:
@@ -196,6 +212,7 @@ class StreamWorker:
         for r in runners:
             self._health(r)
             self._watch_quiet(r, span_s)
+            self._watch_crowd(r)
             self._govern(r, len(flight.sampled[r.app.name]), span_s)
         self.stream.set_demand(self._demand(runners))
         self._cpu_level(runners)
@@ -236,19 +253,24 @@ class StreamWorker:
         name, found = runner.app.name, runner.app.num_found
         if found > runner.seen_found:
             runner.seen_found, runner.quiet_ms = found, 0.0
-            with self._lock:
-                cleared = self.app_warnings.pop(name, None) is not None
-            if cleared:
+            if self._warn(name, "quiet", None):
                 log.info("app %s on stream %s detects its classes again", name, self.name)
         elif runner.block_results:
             runner.quiet_ms += span_s * 1000.0
-            if runner.quiet_ms >= self.quiet_after_ms and name not in self.app_warnings:
+            if runner.quiet_ms >= self.quiet_after_ms:
                 classes = runner.app.spec.classes or "any class"
-                warning = (f"no detections of {classes} in the last {runner.quiet_ms / 1000.0:.0f} s of analysed "
-                           f"frames (does the model's output fit its kind and labels?)")
-                with self._lock:
-                    self.app_warnings[name] = warning
-                log.warning("app %s on stream %s: %s", name, self.name, warning)
+                warning = (f"no detections of {classes} in the last {self.quiet_after_ms / 1000.0:.0f} s of "
+                           f"analysed frames (does the model's output fit its kind and labels?)")
+                if self._warn(name, "quiet", warning):
+                    log.warning("app %s on stream %s: %s", name, self.name, warning)
+
+    def _watch_crowd(self, runner: AppRunner) -> None:
+        """Warn while the app's model reports more of its classes a frame, over a window of
+        analysed frames, than footage is likely to hold: a model that does not fit the
+        footage (SceneDet on real grass and paving) finds objects everywhere."""
+        warning = crowd_warning(runner, _UNCHANGED)
+        if warning is not _UNCHANGED and self._warn(runner.app.name, "crowd", warning) and warning:
+            log.warning("app %s on stream %s: %s", runner.app.name, self.name, warning)
 
     def _span_s(self, block: FrameBlock) -> float:
         """Stream time a block covers (its last frame's period included)."""
@@ -321,9 +343,11 @@ class StreamWorker:
                 continue
             self._set_status(name, "loading")
             try:
-                self._runners[name] = build_runners([spec], self.engine, self.name, block.size, fps,
-                                                    self.make_app)[0]
+                runner = self._runners[name] = build_runners([spec], self.engine, self.name, block.size, fps,
+                                                             self.make_app, self.stream.url)[0]
                 self._set_status(name, "running")
+                if runner.domain_warning and self._warn(name, "domain", runner.domain_warning):
+                    log.warning("app %s on stream %s: %s", name, self.name, runner.domain_warning)
             except Exception as exc:  # a RunError (its model does not load), or anything else: this app only
                 reason = str(exc) if isinstance(exc, (RunError, ValueError)) else f"{type(exc).__name__}: {exc}"
                 log.warning("app %s on stream %s cannot start: %s", name, self.name, reason)

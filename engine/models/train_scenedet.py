@@ -254,6 +254,7 @@ def model_yaml(version: int, cfg: SceneDetConfig, quality: float | None = None) 
         "version": version,
         "description": "anchor-free street-scene detector trained on sample_videos renders "
                        f"({'small, fast' if version == 1 else 'larger, more accurate'})",
+        "domain": "synthetic",  # rendered street scenes only: apps on other footage warn
         "adapter": "python",
         "factory": "engine.models.scenedet:build",
         "config": cfg.to_dict(),

@@ -6,10 +6,16 @@ from sample_videos.preset import STREET
 VALID = {"name": "cam-1", "detector": "motion", "slo_ms": 500}
 
 
-def test_builtins_load_and_match_the_street_preset():
-    assert {"people-counter", "vehicle-counter", "motion"} <= set(builtin_names())
-    for name in ("people-counter", "vehicle-counter"):
+def test_builtins_load_and_the_ranges_match_the_street_preset():
+    assert {"people-counter", "vehicle-counter", "people-counter-scenedet", "vehicle-counter-scenedet",
+            "motion"} <= set(builtin_names())
+    for name in ("people-counter", "vehicle-counter"):  # for real cameras: no geometry of the range's
         spec = load_spec(name)
+        assert spec.detector == "coco" and not spec.lines and not spec.zones
+    assert set(load_spec("vehicle-counter").classes) == {"car", "truck", "bus", "motorcycle", "bicycle"}
+    for name in ("people-counter-scenedet", "vehicle-counter-scenedet"):
+        spec = load_spec(name)
+        assert spec.detector == "scenedet"
         for line, points in spec.lines.items():
             assert points == STREET.lines[line], f"{name}: line {line} drifted from the preset"
         for zone, polygon in spec.zones.items():

@@ -29,7 +29,7 @@ from vigil.settings import MODELS_DIR, Cluster, Settings
 pytest.importorskip("ray")
 pytestmark = pytest.mark.slow  # a Ray head and `vigil serve --cluster`, or a server that waits out a bad address
 
-APPS = ("people-counter", "vehicle-counter")  # two apps on one frame: the backbone runs once for both
+APPS = ("people-counter-scenedet", "vehicle-counter-scenedet")  # two apps on one frame: the backbone runs once for both
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +80,7 @@ def test_a_file_through_the_cluster_counts_what_an_offline_run_counts(api, clip,
         assert counts["tracks"] == mine["tracks"], (app, counts, mine)
         assert {n: (c["in"], c["out"]) for n, c in counts["lines"].items()} == \
             {n: (c["in"], c["out"]) for n, c in mine["lines"].items()}, app
-    people = api.get("/v1/apps/people-counter").json()["counts"]["lines"]
+    people = api.get("/v1/apps/people-counter-scenedet").json()["counts"]["lines"]
     assert sum(c["in"] + c["out"] for c in people.values()) > 0  # the clip has crossings
 
     plan = api.get("/v1/cluster").json()
@@ -114,7 +114,7 @@ def test_killed_ingest_and_app_actors_are_restarted_and_nothing_is_lost_or_count
 
     long_clip = clip.parent / "street_b.mp4"  # 30 s: long enough to kill two actors in turn
     shutil.copy(SAMPLES_DIR / "street_b.mp4", long_clip)
-    spec = load_spec("people-counter").model_copy(update={"name": "b-people"})
+    spec = load_spec("people-counter-scenedet").model_copy(update={"name": "b-people"})
     r = api.post("/v1/streams", json={"name": "b", "url": str(long_clip), "options": {"realtime": False}})
     assert r.status_code == 201, r.text
     r = api.post("/v1/apps", json={**spec.model_dump(mode="json"), "source": "b"})

@@ -3,11 +3,13 @@
 //
 // node tfjs_reference.mjs REQUEST.json  ->  RESULT.json beside it
 //
-// REQUEST: {model: model.json path, kind: "centernet_ltrb" | "gfl", input: a raw uint8 file of
-// the network input ([h, w, 3], as Vigil resized it, in the model's channel order), mean,
-// std (over [0, 1], as model.yaml's), nchw, outputs ({key: node} to also return raw),
-// min_score, nms_iou, max_detections, frame: [width, height], labels: count}.
-// RESULT: {detections: [[x1, y1, x2, y2, score, class], ...] in frame pixels, raw: {key: {shape, data}}}.
+// REQUEST: {model: model.json path, kind: "centernet_ltrb" | "gfl", inputs: raw uint8 files of
+// network inputs ([h, w, 3], as Vigil resized them, in the model's channel order), hw, mean,
+// std (over [0, 1], as model.yaml's), nchw, outputs ({key: graph node}), raw (keys whose
+// values come back for the first input), min_score, nms_iou, max_detections, frames: each
+// input's frame [width, height], labels: the class count}.
+// RESULT: {detections: per input [[x1, y1, x2, y2, score, class], ...] in frame pixels,
+// raw: {key: {shape, data}}}.
 // Runs on @tensorflow/tfjs-backend-cpu, pure JavaScript.
 import fs from 'node:fs';
 import path from 'node:path';
@@ -88,23 +90,27 @@ async function main() {
   const req = JSON.parse(fs.readFileSync(requestPath, 'utf8'));
   await tf.setBackend('cpu');
   const model = await loadGraphModel(fileHandler(req.model));
-  const bytes = fs.readFileSync(req.input);
   const [h, w] = req.hw;
-  let x = tf.div(tf.cast(tf.tensor3d(new Uint8Array(bytes), [h, w, 3], 'int32'), 'float32'), 255);
-  x = tf.expandDims(tf.div(tf.sub(x, tf.tensor1d(req.mean)), tf.tensor1d(req.std)), 0);
-  if (req.nchw) x = tf.transpose(x, [0, 3, 1, 2]);
   const names = Object.entries(req.outputs);
-  const results = model.execute(x, names.map(([, node]) => node));
-  const out = {};
-  names.forEach(([key], i) => { out[key] = Array.isArray(results) ? results[i] : results; });
-  const rows = req.kind === 'centernet_ltrb' ? centernet(out, req.hw, req.min_score)
-    : gfl(out, req.hw, req.labels, req.min_score);
-  const [fw, fh] = req.frame;
-  const detections = suppress(rows, req.nms_iou, req.max_detections).map((r) => [
-    Math.min(Math.max(r[0] * fw / w, 0), fw), Math.min(Math.max(r[1] * fh / h, 0), fh),
-    Math.min(Math.max(r[2] * fw / w, 0), fw), Math.min(Math.max(r[3] * fh / h, 0), fh), r[4], r[5]]);
+  const detections = [];
   const raw = {};
-  for (const key of req.raw || []) raw[key] = { shape: out[key].shape, data: Array.from(out[key].dataSync()) };
+  req.inputs.forEach((file, n) => {
+    const bytes = fs.readFileSync(file);
+    let x = tf.div(tf.cast(tf.tensor3d(new Uint8Array(bytes), [h, w, 3], 'int32'), 'float32'), 255);
+    x = tf.expandDims(tf.div(tf.sub(x, tf.tensor1d(req.mean)), tf.tensor1d(req.std)), 0);
+    if (req.nchw) x = tf.transpose(x, [0, 3, 1, 2]);
+    const results = model.execute(x, names.map(([, node]) => node));
+    const out = {};
+    names.forEach(([key], i) => { out[key] = Array.isArray(results) ? results[i] : results; });
+    const rows = req.kind === 'centernet_ltrb' ? centernet(out, req.hw, req.min_score)
+      : gfl(out, req.hw, req.labels, req.min_score);
+    const [fw, fh] = req.frames[n];
+    detections.push(suppress(rows, req.nms_iou, req.max_detections).map((r) => [
+      Math.min(Math.max(r[0] * fw / w, 0), fw), Math.min(Math.max(r[1] * fh / h, 0), fh),
+      Math.min(Math.max(r[2] * fw / w, 0), fw), Math.min(Math.max(r[3] * fh / h, 0), fh), r[4], r[5]]));
+    if (n === 0) for (const key of req.raw || []) raw[key] = { shape: out[key].shape, data: Array.from(out[key].dataSync()) };
+    tf.dispose([x, ...Object.values(out)]);
+  });
   fs.writeFileSync(requestPath.replace(/\.json$/, '.result.json'), JSON.stringify({ detections, raw }));
 }
 

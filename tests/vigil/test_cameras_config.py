@@ -22,7 +22,7 @@ def server(tmp_path_factory, short_clip):
     clip, _ = short_clip
     cameras = [
         {"name": "gate", "url": str(clip), "options": {"loop": True},
-         "apps": ["people-counter", {"name": "gate-cars", "detector": "scenedet", "classes": ["car"]}]},
+         "apps": ["people-counter-scenedet", {"name": "gate-cars", "detector": "scenedet", "classes": ["car"]}]},
         {"name": "yard", "url": str(clip), "options": {"loop": True},
          "apps": [{"name": "yard-motion", "detector": "motion"}]},
         {"name": "bad", "url": str(clip), "options": {"loop": True},
@@ -53,8 +53,9 @@ def rewrite(srv, clip, cameras: list[dict]) -> None:
 def test_declared_cameras_come_up_and_a_bad_app_says_what_the_api_would(server):
     srv, api, _ = server
     assert {"gate", "yard", "bad"} <= names(api, "streams")
-    assert names(api, "apps") == {"gate-people-counter", "gate-cars", "yard-motion", "bad-motion"}  # its twin ran
-    assert api.get("/v1/apps/gate-people-counter").json()["spec"]["source"] == "gate"
+    assert names(api, "apps") == {"gate-people-counter-scenedet", "gate-cars", "yard-motion",
+                                  "bad-motion"}  # its twin ran
+    assert api.get("/v1/apps/gate-people-counter-scenedet").json()["spec"]["source"] == "gate"
     api_says = api.post("/v1/apps", json={"name": "x", "source": "gate", "detector": "nope"}).json()["detail"]
     assert "nope" in api_says
     wait_for(lambda: f"cameras[2] (bad): apps[0] (bad-app): {api_says}" in srv.logs(), 10, "the bad app named")
@@ -65,7 +66,7 @@ def test_a_reload_applies_the_file_as_it_is_now_and_leaves_the_apis_own(server):
     assert api.post("/v1/apps", json={"name": "mine", "source": "gate", "detector": "motion"}).status_code == 201
     rewrite(srv, clip, [
         {"name": "gate", "url": str(clip), "options": {"loop": True, "buffer_frames": 8},  # options changed
-         "apps": ["people-counter"]},  # gate-cars dropped
+         "apps": ["people-counter-scenedet"]},  # gate-cars dropped
         {"name": "lot", "url": str(clip), "options": {"loop": True}, "apps": [{"name": "lot-motion",
                                                                                "detector": "motion"}]},
     ])  # yard and bad dropped
@@ -75,7 +76,7 @@ def test_a_reload_applies_the_file_as_it_is_now_and_leaves_the_apis_own(server):
     assert {"app gate-cars", "app yard-motion", "stream yard", "app bad-motion", "stream bad"} <= \
         set(report["removed"]), report
     assert {"stream lot", "app lot-motion"} <= set(report["added"]) and "stream gate" in report["changed"], report
-    assert names(api, "apps") == {"gate-people-counter", "lot-motion", "mine"}  # the API's app is back on gate
+    assert names(api, "apps") == {"gate-people-counter-scenedet", "lot-motion", "mine"}  # the API's app is back on gate
     assert api.get("/v1/streams/gate").json()["options"]["buffer_frames"] == 8
     assert "yard" not in names(api, "streams")
 

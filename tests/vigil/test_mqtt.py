@@ -75,7 +75,7 @@ def test_every_event_arrives_and_the_retained_counts_equal_the_apps(tmp_path, bu
     config = {"llm_model": None, "caption_every_s": 0, "sinks": {"mqtt": {"host": "127.0.0.1", "port": broker}},
               "snapshots": {"enabled": True},
               "cameras": [{"name": "cam", "url": str(bundled_clips[0]), "options": {"realtime": False},
-                           "apps": ["people-counter"]}]}
+                           "apps": ["people-counter-scenedet"]}]}
     # its own: an MQTT sink in its config
     srv = VigilServer(tmp_path / "data", config=config).start()
     answered: dict[str, int | str] = {}  # snapshot URL -> its status when the message naming it came
@@ -99,7 +99,7 @@ def test_every_event_arrives_and_the_retained_counts_equal_the_apps(tmp_path, bu
             wait_for(lambda: api.get("/v1/streams/cam").json()["status"] == "ended", 180, "the clip to end")
             settled(api)
             stored = api.get("/v1/events", params={"limit": 10_000}).json()["events"]
-            counts = api.get("/v1/apps/cam-people-counter").json()["counts"]["lines"]
+            counts = api.get("/v1/apps/cam-people-counter-scenedet").json()["counts"]["lines"]
             metrics = api.get("/metrics").text
             shot = next(e for e in stored if e.get("snapshot"))
             crop = cv2.imdecode(np.frombuffer(api.get(f"/v1/events/{shot['id']}/crop.jpg").content, np.uint8),
@@ -143,12 +143,12 @@ def test_every_event_arrives_and_the_retained_counts_equal_the_apps(tmp_path, bu
     retained = {t: int(p) for t, p, r in late.messages if r and "/zone/" not in t}
     retained_zones = {t: int(p) for t, p, r in late.messages if r and "/zone/" in t}
     late.close()
-    want = {f"vigil/cam/cam-people-counter/{line}/{cls}/{way}": n
+    want = {f"vigil/cam/cam-people-counter-scenedet/{line}/{cls}/{way}": n
             for line, c in counts.items() for cls, ways in c["by_class"].items() for way, n in ways.items() if n}
     assert retained == want
     assert 'vigil_sink_deliveries_total{kind="mqtt"' in metrics
     # zone occupancy after each enter and exit: what the stored events say, in order
-    app = "cam-people-counter"
+    app = "cam-people-counter-scenedet"
     inside: dict[str, dict[int, str]] = {}  # zone -> track inside -> the class it entered as
     seen: dict[str, set[str]] = {}
     want_zones: dict[str, list[int]] = {}

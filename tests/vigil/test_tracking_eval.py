@@ -12,7 +12,7 @@ from apps.spec import load_spec
 from vigil.tracking_eval import (Clip, TRACKED_APPS, bundled_clips, counted_stays, eval_tracking, run_on_truth,
                                  stay_outcomes, stays_followed, stays_within, truth_boxes)
 
-PEOPLE = load_spec("people-counter")
+PEOPLE = load_spec("people-counter-scenedet")
 ZONE = "crosswalk"
 assert ZONE in PEOPLE.zones
 
@@ -129,7 +129,7 @@ def test_given_the_truths_boxes_apps_track_and_count_a_rendered_clip(short_clip)
 
 @pytest.mark.slow
 def test_eval_reports_both_runs_on_a_bundled_clip():
-    """street_a: with the truth's boxes people-counter's tracks followed every stay when
+    """street_a: with the truth's boxes people-counter-scenedet's tracks followed every stay when
     measured, with the detector 1.0 of them (0.964 before boxes at the border stopped teaching colour)."""
     clip = next(c for c in bundled_clips() if c.name == "street_a")
     from vigil.settings import MODELS_DIR
@@ -149,7 +149,7 @@ def test_eval_reports_both_runs_on_a_bundled_clip():
 @pytest.mark.slow
 @pytest.mark.parametrize("name, floor", [("street_b", 0.97), ("street_c", 0.95)])
 def test_given_the_truths_boxes_the_tracker_keeps_people_in_a_crowd(name, floor):
-    """The tracker's own share, with no detector misses: people-counter followed 1.0
+    """The tracker's own share, with no detector misses: people-counter-scenedet followed 1.0
     (street_b) and 0.987 (street_c) of the stays when measured (1.0 and 0.973 with a
     colour gate of 60 and weight 1; 1.0 and 0.96 keeping a hidden track 1.5 s; 0.957 and
     0.96 with zone_inertia 1); with a box behind another judged by its whole box (not its
@@ -164,7 +164,7 @@ def test_given_the_truths_boxes_the_tracker_keeps_people_in_a_crowd(name, floor)
 @pytest.mark.slow
 @pytest.mark.parametrize("args, message", [
     (["tracking", "--version", "2"], "--version is for `vigil eval detector`"),
-    (["detector", "--app", "people-counter"], "--app is for `vigil eval tracking`"),
+    (["detector", "--app", "people-counter-scenedet"], "--app is for `vigil eval tracking`"),
     (["tracking", "--app", "no-such-app"], "no-such-app"),
     (["tracking", "--clips", "0"], "--clips must be in 1..100"),
 ])

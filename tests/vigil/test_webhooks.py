@@ -53,7 +53,7 @@ def test_every_event_is_delivered_once_in_order_and_signed_through_an_outage_and
               "sinks": {"webhooks": [{"url": f"http://127.0.0.1:{port}/hook", "secret": SECRET,
                                       "max_backoff_s": 1.0}]},
               "cameras": [{"name": "cam", "url": str(bundled_clips[1]), "options": {"realtime": False},
-                           "apps": ["people-counter"]}]}
+                           "apps": ["people-counter-scenedet"]}]}
     # its own: a webhook sink in its config, and a restart
     srv = VigilServer(tmp_path / "data", config=config).start()
     receiver = None

