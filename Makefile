@@ -25,8 +25,17 @@ models: $(STAMP)
 
 install: $(STAMP) models
 
+# The default apps (people, vehicles and motion, on the pretrained COCO detector) on real
+# footage, OpenCV's vtest.avi (scripts/real-footage.sh); without it or coco's weights,
+# the synthetic range's apps on a bundled clip. It says which it ran.
 demo: $(STAMP) models
-	$(BIN)/vigil run sample_videos/street_a.mp4 --out $(DEMO_OUT)
+	@if footage=$$(scripts/real-footage.sh) && $(BIN)/python -c "import sys; from engine.model_fetch import \
+		fetched, read_fetch_spec as r; from pathlib import Path; c = Path('configs/models/coco'); \
+		sys.exit(not fetched(c, r(c / 'fetch.yaml')))"; then \
+		echo "demo: the default apps on real footage, $$footage"; \
+		$(BIN)/vigil run "$$footage" --out $(DEMO_OUT); \
+	else echo "demo: no real footage or no coco weights (above); the synthetic range's apps on sample_videos/street_a.mp4"; \
+		$(BIN)/vigil run sample_videos/street_a.mp4 --out $(DEMO_OUT); fi
 	@echo "demo outputs: $(DEMO_OUT)/summary.json $(DEMO_OUT)/events.jsonl $(DEMO_OUT)/annotated.mp4"
 
 # What the tests start for real: GStreamer's RTSP server (run by the system python),

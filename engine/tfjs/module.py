@@ -40,10 +40,12 @@ class GraphModule(nn.Module):
         if len(graph.inputs) != 1:
             raise TfjsError(f"{graph.path}: {len(graph.inputs)} inputs ({sorted(graph.inputs)}); an image model has one")
         (self.input_name, shape), = graph.inputs.items()
-        if len(shape) != 4 or 3 not in (shape[1], shape[3]):
+        if len(shape) != 4:
             raise TfjsError(f"{graph.path}: input {self.input_name} is {list(shape)}; an image model's is "
-                            "[batch, height, width, 3] or [batch, 3, height, width]")
-        self.nhwc = shape[3] == 3
+                            "[batch, height, width, channels] or [batch, channels, height, width]")
+        # TensorFlow's own layout, unless only the second dimension can be the channels
+        # (a graph converted from ONNX, as NanoDet's)
+        self.nhwc = not (shape[1] in (1, 3) and shape[3] not in (1, 3))
         graph_hw = (shape[1], shape[2]) if self.nhwc else (shape[2], shape[3])
         if input_hw is not None and any(g > 0 and g != i for g, i in zip(graph_hw, input_hw)):
             raise TfjsError(f"{graph.path}: the graph's input is {list(graph_hw)} ([height, width]); asked for "
@@ -52,7 +54,8 @@ class GraphModule(nn.Module):
         if min(self.input_hw) < 1:
             raise TfjsError(f"{graph.path}: the graph's input size is not fixed ({list(shape)}): give it "
                             "(input.size in model.yaml)")
-        shape = (1, *self.input_hw, 3) if self.nhwc else (1, 3, *self.input_hw)
+        channels = shape[3] if self.nhwc else shape[1]
+        shape = (1, *self.input_hw, channels) if self.nhwc else (1, channels, *self.input_hw)
         self.outputs = dict(outputs) if outputs else {name: name for name in graph.outputs}
         by_name = {node.name: node for node in graph.nodes}
         for key, ref in self.outputs.items():

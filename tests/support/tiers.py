@@ -30,7 +30,7 @@ import pytest
 # Fixtures that start a process (or a cluster of them): whatever uses one is slow.
 SLOW_FIXTURES = frozenset({
     "server", "guarded", "api", "browser", "broker", "measured", "yolo_server", "served", "served_families", "routed",
-    "cluster", "triton", "small_disk", "recorded",
+    "cluster", "triton", "small_disk", "recorded", "npm",
 })
 DURATIONS = Path(__file__).resolve().parents[1] / "durations.json"
 
