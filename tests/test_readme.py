@@ -84,7 +84,7 @@ EXPECT = {
     "vigil eval tracking [--app APP ...] [--clips N] [--json FILE]": '"followed"',
     "vigil streams add lobby sample_videos/street_a.mp4 --options '{\"loop\": true}'":
         f'"url": "{ROOT / "sample_videos/street_a.mp4"}"',
-    "vigil apps add people-counter --source lobby --name lobby-people": '"name": "lobby-people"',
+    "vigil apps add people-counter-scenedet --source lobby --name lobby-people": '"name": "lobby-people"',
     "vigil apps patch lobby-people '{\"slo_ms\": 500, \"priority\": 8}'": '"priority": 8',
     "vigil apps metrics lobby-people": '"slo_ms": 500',
     "vigil events list --app lobby-people --type line_cross": '"events"',
