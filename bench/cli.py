@@ -129,9 +129,11 @@ def run(args: argparse.Namespace) -> int:
                 from bench.cluster_ray import ClusterBenchOptions, format_cluster_report, run_cluster_bench
 
                 # a smoke run of every phase; the figures worth keeping come from a full run
-                quick = {"steady_s": 5.0, "step_s": 6.0, "failover_s": 6.0, "max_occupancy": (0.9,), "engine_s": 5.0,
-                         "serve_settle_s": 5.0, "front_cameras": 2, "front_window_s": 5.0, "front_warmup_s": 5.0,
-                         "front_repeats": 1}
+                # two nodes of two devices: three Ray processes to start, not five, which on two
+                # busy cores is most of a smoke run's time
+                quick = {"nodes": 2, "gpus_per_node": 2, "load_devices": 3.0, "steady_s": 5.0, "step_s": 6.0,
+                         "failover_s": 6.0, "max_occupancy": (0.9,), "engine_s": 5.0, "serve_settle_s": 5.0,
+                         "front_cameras": 2, "front_window_s": 5.0, "front_warmup_s": 5.0, "front_repeats": 1}
                 options = ClusterBenchOptions(sim_devices=tuple(args.sim_devices), **(quick if args.quick else {}))
                 result = run_cluster_bench(options, log=lambda m: print(m, file=sys.stderr, flush=True))
                 print(format_cluster_report(result), file=sys.stderr)

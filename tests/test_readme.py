@@ -43,7 +43,8 @@ RUN_AS = {
     "vigil eval detector [--version V] [--json FILE]":
         ("vigil eval detector --version 1 --json eval.json", "one version of the two"),
     "vigil eval tracking [--app APP ...] [--clips N] [--json FILE]":
-        ("vigil eval tracking --json eval-tracking.json", "the bundled clips, with the report kept"),
+        ("vigil eval tracking --app people-counter-scenedet --json eval-tracking.json",
+         "the bundled clips, one app of the two (tests/vigil/test_tracking_eval.py checks both), the report kept"),
     "python -m sample_videos.render --seed 7 --out clips/s7.mp4 [--duration 20] [--size 640x360] [--fps 15] "
     "[--density 1.0] [--quiet 5:12]":
         ("python -m sample_videos.render --seed 7 --out clips/s7.mp4 --duration 2 --size 320x180",

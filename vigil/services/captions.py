@@ -13,7 +13,7 @@ from llm.captions import FactsCollector
 from llm.engine import EngineFull, LLMEngine
 from llm.facts import caption_prompt, facts_text
 from llm.sampling import SamplingParams
-from vigil.storage import Storage
+from vigil.storage import Storage, StorageFull
 
 log = logging.getLogger("vigil.services.captions")
 
@@ -72,5 +72,7 @@ class Captions:
                 if out.finish_reason in ("stop", "length"):
                     self.storage.add_caption(facts.stream, facts.t_start_ms, facts.t_end_ms, out.text.strip(),
                                              facts_text(facts), facts.event_ids)
+            except StorageFull:
+                continue  # the store said so once, and refuses every write until there is room
             except Exception:
                 log.exception("caption for %s failed", facts.stream)
