@@ -40,12 +40,15 @@ demo: $(STAMP) models
 
 # What the tests start for real: GStreamer's RTSP server (run by the system python),
 # Chromium for the dashboard, OpenCV's sample footage, Mosquitto (the MQTT sink's
-# broker). Installed with apt-get when missing and we are root; otherwise the command
+# broker), npm (coco's weights; TensorFlow.js for the loader's parity test). Installed with
+# apt-get when missing and we are root; otherwise the command
 # to run is printed.
 ULTRALYTICS := 8.4.190
 TRACKERS := 2.6.1
 SYSTEM_PACKAGES := python3-gi gir1.2-gst-rtsp-server-1.0 gstreamer1.0-plugins-base gstreamer1.0-plugins-good \
-	gstreamer1.0-plugins-bad chromium opencv-doc libjemalloc2 mosquitto nodejs npm
+	gstreamer1.0-plugins-bad chromium opencv-doc libjemalloc2 mosquitto
+# npm only where there is none: NodeSource's nodejs carries its own, which Debian's npm conflicts with
+NPM_PACKAGES = $$(command -v npm >/dev/null || echo nodejs npm)
 system-deps:
 	@if /usr/bin/python3 -c "import gi; gi.require_version('GstRtspServer', '1.0'); from gi.repository import GstRtspServer" 2>/dev/null \
 		&& test -x /usr/bin/chromium && test -f /usr/share/doc/opencv-doc/examples/data/vtest.avi \
@@ -53,8 +56,10 @@ system-deps:
 		&& test -x /usr/sbin/mosquitto && command -v npm >/dev/null; then :; \
 	elif [ "$$(id -u)" = 0 ]; then \
 		DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
-		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(SYSTEM_PACKAGES) gstreamer1.0-tools >/dev/null; \
-	else echo "install the test's system packages: sudo apt-get install $(SYSTEM_PACKAGES) gstreamer1.0-tools"; exit 1; fi
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(SYSTEM_PACKAGES) $(NPM_PACKAGES) \
+			gstreamer1.0-tools >/dev/null; \
+	else echo "install the test's system packages: sudo apt-get install $(SYSTEM_PACKAGES) $(NPM_PACKAGES) gstreamer1.0-tools"; \
+		exit 1; fi
 
 # Tests on several workers (TEST_WORKERS=0: one process); tests that share a server stay on
 # one worker, and the longest go first (tests/support/tiers.py). Then, alone on the machine,
