@@ -29,9 +29,7 @@ install: $(STAMP) models
 # footage, OpenCV's vtest.avi (scripts/real-footage.sh); without it or coco's weights,
 # the synthetic range's apps on a bundled clip. It says which it ran.
 demo: $(STAMP) models
-	@if footage=$$(scripts/real-footage.sh) && $(BIN)/python -c "import sys; from engine.model_fetch import \
-		fetched, read_fetch_spec as r; from pathlib import Path; c = Path('configs/models/coco'); \
-		sys.exit(not fetched(c, r(c / 'fetch.yaml')))"; then \
+	@if footage=$$(scripts/real-footage.sh) && $(BIN)/vigil models fetch --check; then \
 		echo "demo: the default apps on real footage, $$footage"; \
 		$(BIN)/vigil run "$$footage" --out $(DEMO_OUT); \
 	else echo "demo: no real footage or no coco weights (above); the synthetic range's apps on sample_videos/street_a.mp4"; \

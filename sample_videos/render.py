@@ -24,6 +24,7 @@ import numpy as np
 from sample_videos import sprites
 from sample_videos.groundtruth import Truth
 from sample_videos.preset import get_preset
+from sample_videos.range import truth_path
 from sample_videos.world import Density, World
 
 PREROLL_S = 12.0  # simulate before frame 0 so the street is already busy
@@ -162,7 +163,7 @@ def _own_pixels(prims: list[sprites.Prim], box: np.ndarray) -> int:
 
 
 def write_clip(config: RenderConfig, out: Path, crf: int = 26, progress: bool = False) -> dict:
-    """Render to `out` (.mp4, H.264) and write `out.with_suffix('.gt.json')`."""
+    """Render to `out` (.mp4, H.264) and write its truth beside it (`truth_path`)."""
     out.parent.mkdir(parents=True, exist_ok=True)
     renderer = Renderer(config)
     truth = Truth(renderer.preset, config.width, config.height, config.fps)
@@ -187,7 +188,7 @@ def write_clip(config: RenderConfig, out: Path, crf: int = 26, progress: bool = 
                          height=config.height, num_frames=config.num_frames,
                          duration_s=config.num_frames / config.fps, density=config.density,
                          quiet=[list(q) for q in config.quiet])
-    gt_path = out.with_name(out.stem + ".gt.json")
+    gt_path = truth_path(out)
     gt_path.write_text(json.dumps(doc, separators=(",", ":")))
     return doc
 

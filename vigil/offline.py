@@ -36,8 +36,8 @@ from engine.device import resolve_device
 from engine.engine import Engine
 from engine.lanes import MAX_LANES
 from engine.repository import ModelRepository
-from streams import FrameBlock, SourceError, SourceOptions, cut_blocks, open_source
 from sample_videos.range import from_the_range
+from streams import FrameBlock, SourceError, SourceOptions, cut_blocks, open_source
 from streams.clock import monotonic_ms
 from vigil.pipeline import (AppRunner, BlockPipeline, InFlight, RunError, build_runners, crowd_warning, observe_block,
                             submit_block)
@@ -147,7 +147,7 @@ def run_offline(source: str, specs: list[AppSpec], options: RunOptions,
         def complete(done: InFlight) -> None:
             per_frame = observe_block(done, runners, engine, emit)
             for r in runners:
-                warning = crowd_warning(r)
+                _, warning = crowd_warning(r)
                 if warning:
                     warnings.setdefault(r.app.name, {})["crowd"] = warning
             if detections_file is not None:

@@ -100,25 +100,25 @@ CROWD_PER_FRAME = 40  # detections of an app's classes a frame, on average, past
 CROWD_WINDOW = 50  # analysed frames it averages over
 
 
-def crowd_warning(runner: AppRunner, unchanged: object = None) -> object:
-    """Once a window of analysed frames has passed: a warning when the app's model found
-    CROWD_PER_FRAME or more of its classes a frame over it, else None; `unchanged` while
-    the window fills."""
+def crowd_warning(runner: AppRunner) -> tuple[bool, str | None]:
+    """(whether a window of analysed frames has closed, and if so the warning it gives):
+    one when the app's model found CROWD_PER_FRAME or more of its classes a frame over
+    the window, else None."""
     app = runner.app
     frames, found = app.num_frames - runner.crowd_mark[0], app.num_detections - runner.crowd_mark[1]
     if frames < CROWD_WINDOW:
-        return unchanged
+        return False, None
     runner.crowd_mark = (app.num_frames, app.num_detections)
     per_frame = found / frames
     if per_frame < CROWD_PER_FRAME:
-        return None
+        return True, None
     classes = ", ".join(app.spec.classes) if app.spec.classes else "objects"
-    return (f"reports {per_frame:.0f} {classes} a frame over its last {frames} analysed frames: if the scene does not "
-            "hold that many, its model does not fit this footage")
+    return True, (f"reports {per_frame:.0f} {classes} a frame over its last {frames} analysed frames: if the scene "
+                  "does not hold that many, its model does not fit this footage")
 
 
 def build_runners(specs: list[AppSpec], engine: Engine, stream_id: str, size: tuple[int, int],
-                  fps: float, make_app: MakeApp = App, source: str = "synthetic://") -> list[AppRunner]:
+                  fps: float, make_app: MakeApp = App, *, source: str) -> list[AppRunner]:
     """Load the apps' models and check their classes; RunError names the app and problem.
     `source`: the footage's URL or path, against which each model's domain is checked."""
     models = sorted({s.detector for s in specs if not s.host_detector})

@@ -31,6 +31,7 @@ from apps.app import App
 from apps.spec import AppSpec
 from apps.stationary import iou
 from engine.detections import Detections
+from sample_videos.range import truth_path
 from sample_videos.render import RenderConfig, write_clip
 from streams import FrameSampler, SourceError, SourceOptions, cut_blocks, open_source
 from vigil.offline import RunError, RunOptions, run_offline
@@ -52,7 +53,7 @@ class Clip:
 
 def bundled_clips() -> list[Clip]:
     folder = Path(sample_videos.__file__).parent
-    return [Clip(p.stem, p, json.loads(p.with_name(p.stem + ".gt.json").read_text()))
+    return [Clip(p.stem, p, json.loads(truth_path(p).read_text()))
             for p in sorted(folder.glob("*.mp4"))]
 
 

@@ -40,7 +40,6 @@ from vigil.pipeline import (AppRunner, BlockPipeline, InFlight, MakeApp, RunErro
 from vigil.storage import StorageFull
 
 WARNING_KINDS = ("domain", "crowd", "quiet")  # an app's warnings, in the order they are shown
-_UNCHANGED = object()
 log = logging.getLogger("vigil.worker")
 
 LIVE_FRAME_EVERY_MS = 1000.0
@@ -268,8 +267,8 @@ class StreamWorker:
         """Warn while the app's model reports more of its classes a frame, over a window of
         analysed frames, than footage is likely to hold: a model that does not fit the
         footage (SceneDet on real grass and paving) finds objects everywhere."""
-        warning = crowd_warning(runner, _UNCHANGED)
-        if warning is not _UNCHANGED and self._warn(runner.app.name, "crowd", warning) and warning:
+        closed, warning = crowd_warning(runner)
+        if closed and self._warn(runner.app.name, "crowd", warning) and warning:
             log.warning("app %s on stream %s: %s", runner.app.name, self.name, warning)
 
     def _span_s(self, block: FrameBlock) -> float:
@@ -344,7 +343,7 @@ class StreamWorker:
             self._set_status(name, "loading")
             try:
                 runner = self._runners[name] = build_runners([spec], self.engine, self.name, block.size, fps,
-                                                             self.make_app, self.stream.url)[0]
+                                                             self.make_app, source=self.stream.url)[0]
                 self._set_status(name, "running")
                 if runner.domain_warning and self._warn(name, "domain", runner.domain_warning):
                     log.warning("app %s on stream %s: %s", name, self.name, runner.domain_warning)

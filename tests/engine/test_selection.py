@@ -104,7 +104,7 @@ def test_each_apps_switches_are_reported_on_its_own_stream(tmp_path):
         runners = {}
         for stream in ("s1", "s2"):
             spec = parse_spec({"name": f"app-{stream}", "detector": "m", "select": "adaptive", "slo_ms": 600000.0})
-            runners[stream] = build_runners([spec], engine, stream, (32, 24), 25.0)
+            runners[stream] = build_runners([spec], engine, stream, (32, 24), 25.0, source="synthetic://street")
         give_known_costs(engine)
         events = {"s1": [], "s2": []}
         for k, rate in enumerate([20] * 3 + [400] * 150 + [20] * 15):  # frames/s per stream: a step up and back

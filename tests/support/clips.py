@@ -6,10 +6,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from sample_videos.range import truth_path
+
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE_DIR = ROOT / "sample_videos"
 BUNDLED = sorted(SAMPLE_DIR.glob("*.mp4"))
 
 
 def load_truth(clip: Path) -> dict:
-    return json.loads(clip.with_name(clip.stem + ".gt.json").read_text())
+    return json.loads(truth_path(clip).read_text())
