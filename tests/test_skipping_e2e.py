@@ -10,8 +10,9 @@ from vigil.offline import RunOptions, run_offline
 @pytest.mark.slow
 def test_skipping_saves_inferences_and_keeps_counts(tmp_path):
     clip = tmp_path / "quiet.mp4"
-    # nobody new arrives for the first 42 s: the street empties after about 23 s
-    write_clip(RenderConfig(seed=78, duration_s=50.0, density=0.6, quiet=((0.0, 42.0),)), clip)
+    # nobody new arrives for the first 42 s: the street empties after about 23 s; at 10
+    # frames a second, two thirds of the frames to render and detect that 15 would take
+    write_clip(RenderConfig(seed=78, duration_s=50.0, fps=10.0, density=0.6, quiet=((0.0, 42.0),)), clip)
     runs = {}
     for skip in (False, True):
         specs = [load_spec(n).model_copy(update={"skip_static": SkipOptions() if skip else None})
