@@ -15,8 +15,9 @@ from vigil.settings import MODELS_DIR
 def register(sub) -> None:
     bench = sub.add_parser("bench", help="side-by-side benchmarks, reported as ratios",
                            description="Benchmarks that time Vigil against baselines in one run.")
-    bench.add_argument("target", choices=["ingest", "engine", "llm", "serve", "cluster"],
-                       help="ingest: vigil run vs a plain decode+detect loop; engine: scheduling policies and peers; "
+    bench.add_argument("target", choices=["ingest", "runtime", "engine", "llm", "serve", "cluster"],
+                       help="ingest: vigil run vs a plain decode+detect loop; runtime: a model through the engine "
+                            "vs its network exported to ONNX and run by onnxruntime a frame at a time; engine: scheduling policies and peers; "
                             "llm: iteration-level vs static and request-level batching; serve: `vigil serve` with "
                             "1 to 16 cameras sharing a model, beside the engine alone; cluster: the scheduler, "
                             "backends and routers on a local Ray cluster of 4 nodes, Ray Serve on the same "
@@ -25,9 +26,11 @@ def register(sub) -> None:
                             "simulation)")
     bench.add_argument("--json", type=Path, metavar="FILE", help="also write the result here")
     bench.add_argument("--source", default="sample_videos/street_a.mp4", help="clip to use")
-    bench.add_argument("--detector", default="scenedet", help="detector for both sides")
+    bench.add_argument("--detector", default=None,
+                       help="ingest: detector for both sides (default scenedet); runtime: the model (default coco)")
     bench.add_argument("--repeats", type=int, default=3, help="alternating repeats; medians are reported")
-    bench.add_argument("--max-frames", type=int, default=None, metavar="N", help="frames per repeat")
+    bench.add_argument("--max-frames", type=int, default=None, metavar="N",
+                       help="frames per repeat (runtime: default 24)")
     bench.add_argument("--device", default="auto", help="auto | cpu | cuda (default: auto)")
     bench.add_argument("--quick", action="store_true", help="engine: shorter trials (under 5 minutes on 2 cores); "
                        "serve: N = 1, 4, 16 and shorter windows; cluster: a smoke run of every phase")
@@ -64,12 +67,25 @@ def run(args: argparse.Namespace) -> int:
         from bench.ingest import IngestBenchOptions, run_ingest_bench
 
         try:
-            result = run_ingest_bench(IngestBenchOptions(source=args.source, detector=args.detector,
+            result = run_ingest_bench(IngestBenchOptions(source=args.source, detector=args.detector or "scenedet",
                                                          repeats=args.repeats, max_frames=args.max_frames,
                                                          device=args.device))
         except ValueError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 1
+    elif args.target == "runtime":
+        from bench.runtime import RuntimeBenchOptions, format_runtime_report, run_runtime_bench
+        from engine.device import resolve_device
+
+        try:
+            options = RuntimeBenchOptions(model=args.detector or "coco", frames=args.max_frames or 24,
+                                          repeats=args.repeats, device=resolve_device(args.device),
+                                          repository=args.models_dir)
+            result = run_runtime_bench(options, log=lambda m: print(m, file=sys.stderr, flush=True))
+        except ValueError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+        print(format_runtime_report(result), file=sys.stderr)
     elif args.target == "engine":
         from bench.engine import EngineBenchOptions, format_report, run_engine_bench
         from engine.device import resolve_device

@@ -149,6 +149,7 @@ class RemoteStream:
 
         last_id, last_pts = -1, None  # as delivered here
         incarnation, fresh = None, False  # fresh: a restarted actor, none of its frames seen yet
+        lost_since = False  # a pull failed since the last reply: that restart is counted
         shift_id, shift_ms = 0, 0.0  # a restarted actor's ids (and a paced file's times) to here's
 
         def ask():
@@ -163,7 +164,7 @@ class RemoteStream:
             try:
                 reply = ray.get(asked, timeout=PULL_TIMEOUT_S)
             except (RayActorError, GetTimeoutError) as exc:
-                asked = None
+                asked, lost_since = None, True
                 self._lost(exc)
                 self._stop.wait(RETRY_S)
                 yield None
@@ -172,7 +173,10 @@ class RemoteStream:
             if incarnation is not None and reply["incarnation"] != incarnation:
                 fresh = True
                 self._demand = _UNSET  # the new actor has not heard it
-            incarnation = reply["incarnation"]
+                if not lost_since:  # killed between two pulls: Ray held the next for the new actor
+                    with self._lock:
+                        self.restarts += 1
+            incarnation, lost_since = reply["incarnation"], False
             self._mirror(reply["status"], reply["where"], reply["ended"])
             frames = []
             for frame_id, pts_ms, age_ms, image in reply["frames"]:

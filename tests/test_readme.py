@@ -42,6 +42,9 @@ CLOSED_PORT_URL = "http://127.0.0.1:9"  # discard: nothing listens there
 RUN_AS = {
     "vigil eval detector [--version V] [--json FILE]":
         ("vigil eval detector --version 1 --json eval.json", "one version of the two"),
+    "vigil eval detector --footage [--model NAME ...] [--frames N] [--json FILE]":
+        ("vigil eval detector --footage --model scenedet --frames 2 --json eval-footage.json",
+         "two frames, one detector (tests/vigil/test_footage_eval.py scores coco on every frame)"),
     "vigil eval tracking [--app APP ...] [--clips N] [--json FILE]":
         ("vigil eval tracking --app people-counter-scenedet --json eval-tracking.json",
          "the bundled clips, one app of the two (tests/vigil/test_tracking_eval.py checks both), the report kept"),
@@ -51,6 +54,8 @@ RUN_AS = {
          "a 2-second clip renders the same way as a 20-second one"),
     "vigil bench ingest [--json FILE] [--source CLIP] [--detector scenedet] [--repeats N] [--max-frames N]":
         ("vigil bench ingest --json bench-ingest.json --repeats 1 --max-frames 60", "one short repeat"),
+    "vigil bench runtime [--json FILE] [--detector coco] [--repeats N] [--max-frames N]":
+        ("vigil bench runtime --json bench-runtime.json --repeats 1 --max-frames 4", "one short repeat"),
     "vigil bench cluster --sim [--json FILE] [--quick] [--sim-devices N ...] [--arrivals streams|poisson]":
         ("vigil bench cluster --sim --quick --sim-devices 16 --arrivals streams --json bench-cluster.json",
          "16 devices only: 1000 take minutes of simulation"),
@@ -91,6 +96,7 @@ EXPECT = {
     "vigil events list --app lobby-people --type line_cross": '"events"',
     "curl localhost:8080/v1/apps/entrance/metrics": '"slo_ms":2000',
     "vigil models check configs/models/scenedet/2": "scenedet v2: adapter",
+    "vigil bench runtime [--json FILE] [--detector coco] [--repeats N] [--max-frames N]": '"same_detections": true',
     "vigil models check configs/models/scenedet --json": '"version": 2',
     "vigil models add scenedet configs/models/scenedet/2": '"added_version": 3',
 }
@@ -104,11 +110,13 @@ CREATES = {
     "vigil run sample_videos/street_a.mp4 --clips --no-video --max-frames 150 --out out/clips/":
         ("out/clips/events.jsonl", "out/clips/summary.json"),
     "vigil eval detector [--version V] [--json FILE]": ("eval.json",),
+    "vigil eval detector --footage [--model NAME ...] [--frames N] [--json FILE]": ("eval-footage.json",),
     "vigil eval tracking [--app APP ...] [--clips N] [--json FILE]": ("eval-tracking.json",),
     "python -m sample_videos.render --seed 7 --out clips/s7.mp4 [--duration 20] [--size 640x360] [--fps 15] "
     "[--density 1.0] [--quiet 5:12]": ("clips/s7.mp4", "clips/s7.gt.json"),
     "vigil bench ingest [--json FILE] [--source CLIP] [--detector scenedet] [--repeats N] [--max-frames N]":
         ("bench-ingest.json",),
+    "vigil bench runtime [--json FILE] [--detector coco] [--repeats N] [--max-frames N]": ("bench-runtime.json",),
     "vigil bench cluster --sim [--json FILE] [--quick] [--sim-devices N ...] [--arrivals streams|poisson]":
         ("bench-cluster.json",),
     "vigil bench cluster [--json FILE] [--quick] [--sim-devices N ...]": ("bench-cluster-ray.json",),

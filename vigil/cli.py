@@ -63,13 +63,17 @@ def _eval(args: argparse.Namespace) -> int:
         print(message, file=sys.stderr, flush=True)
 
     try:
-        if args.target == "tracking":
+        if args.target == "tracking" and not args.footage:
             result = _eval_tracking(args, resolve_device(args.device), log)
+        elif args.footage:
+            result = _eval_footage(args, resolve_device(args.device), log)
         else:
             from vigil.evaluate import eval_detector
 
             if args.app:
                 raise ValueError("--app is for `vigil eval tracking`")
+            if args.frames is not None or args.model:
+                raise ValueError("--frames and --model are for `vigil eval detector --footage`")
             versions = [args.version] if args.version else None
             result = eval_detector(args.models, resolve_device(args.device), versions,
                                    clips=6 if args.clips is None else args.clips, log=log)
@@ -80,6 +84,18 @@ def _eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def _eval_footage(args: argparse.Namespace, device: str, log: Callable[[str], None]) -> dict:
+    from vigil.footage_eval import eval_footage, format_footage_table
+
+    if args.target != "detector":
+        raise ValueError("--footage is for `vigil eval detector`")
+    if args.app or args.clips is not None or args.version is not None:
+        raise ValueError("--footage takes --model and --frames, not --app, --clips or --version")
+    result = eval_footage(args.footage, args.models, device, args.model, args.frames, log)
+    log(format_footage_table(result))
+    return result
+
+
 def _eval_tracking(args: argparse.Namespace, device: str, log: Callable[[str], None]) -> dict:
     import tempfile
 
@@ -87,6 +103,8 @@ def _eval_tracking(args: argparse.Namespace, device: str, log: Callable[[str], N
 
     if args.version is not None:
         raise ValueError("--version is for `vigil eval detector`; pin an app's model with its model_version")
+    if args.frames is not None or args.model:
+        raise ValueError("--frames and --model are for `vigil eval detector --footage`")
     specs = [load_spec(ref) for ref in args.app or TRACKED_APPS]
     if args.clips is None:
         return eval_tracking(specs, bundled_clips(), args.models, device, log)
@@ -408,9 +426,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("-q", "--quiet", action="store_true", help="no progress bar or table")
     run.set_defaults(func=_run)
 
-    ev = sub.add_parser("eval", help="evaluate a detector, or apps' tracking, on synthetic clips",
+    ev = sub.add_parser("eval", help="evaluate a detector, or apps' tracking, on synthetic clips or real footage",
                         description="detector: mAP@0.5 and recall per class on clips rendered from seeds the "
-                                    "training never used, and latency per frame through the engine. tracking: the "
+                                    "training never used, and latency per frame through the engine; with "
+                                    "--footage, person AP50 and head-count error on real frames labelled by hand. "
+                                    "tracking: the "
                                     "share of the truth's stays in the apps' zones that a track followed on the "
                                     "right object with its dwell within 0.5 s, with the apps' detectors and with "
                                     "the truth's own boxes side by side, on the bundled clips or held-out renders, "
@@ -420,6 +440,13 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--app", action="append", metavar="APP",
                     help="tracking: a built-in app name or spec file, repeatable (default: people-counter-scenedet and "
                          "vehicle-counter-scenedet)")
+    ev.add_argument("--footage", nargs="?", const="vtest", metavar="NAME",
+                    help="detector: real footage labelled by hand instead (default vtest: OpenCV's vtest.avi, from "
+                         "Debian's opencv-doc): person AP50 and head-count error for coco, HOG and SceneDet, and "
+                         "their people counters' tracks")
+    ev.add_argument("--frames", type=int, metavar="N", help="--footage: the first N labelled frames (default: all)")
+    ev.add_argument("--model", action="append", metavar="NAME",
+                    help="--footage: only this detector, repeatable (coco, hog-people, scenedet; default: all)")
     ev.add_argument("--json", type=Path, metavar="FILE", help="also write the result here")
     ev.add_argument("--clips", type=int, help="held-out clips to render (detector: default 6; tracking: default "
                                               "none, the bundled clips)")

@@ -7,16 +7,27 @@ from dataclasses import dataclass, field
 import numpy as np
 
 
-def box_iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """[N, M] IoU of xyxy boxes a [N, 4] and b [M, 4]."""
+def _intersection(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     x0 = np.maximum(a[:, None, 0], b[None, :, 0])
     y0 = np.maximum(a[:, None, 1], b[None, :, 1])
     x1 = np.minimum(a[:, None, 2], b[None, :, 2])
     y1 = np.minimum(a[:, None, 3], b[None, :, 3])
-    inter = (x1 - x0).clip(0) * (y1 - y0).clip(0)
-    area_a = (a[:, 2] - a[:, 0]) * (a[:, 3] - a[:, 1])
-    area_b = (b[:, 2] - b[:, 0]) * (b[:, 3] - b[:, 1])
-    return inter / (area_a[:, None] + area_b[None, :] - inter + 1e-9)
+    return (x1 - x0).clip(0) * (y1 - y0).clip(0)
+
+
+def _area(a: np.ndarray) -> np.ndarray:
+    return (a[:, 2] - a[:, 0]) * (a[:, 3] - a[:, 1])
+
+
+def box_iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """[N, M] IoU of xyxy boxes a [N, 4] and b [M, 4]."""
+    inter = _intersection(a, b)
+    return inter / (_area(a)[:, None] + _area(b)[None, :] - inter + 1e-9)
+
+
+def box_ioa(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """[N, M] share of each box of a [N, 4] that lies inside each box of b [M, 4]."""
+    return _intersection(a, b) / (_area(a) + 1e-9)[:, None]
 
 
 def average_precision(scores: np.ndarray, matched: np.ndarray, num_gt: int) -> float:
@@ -46,8 +57,10 @@ class DetectionEvaluator:
     _found: dict[int, int] = field(default_factory=dict)
 
     def add(self, xyxy: np.ndarray, score: np.ndarray, class_id: np.ndarray,
-            gt_xyxy: np.ndarray, gt_class: np.ndarray) -> None:
-        """One image: predictions and ground truth, class ids index `classes`."""
+            gt_xyxy: np.ndarray, gt_class: np.ndarray, ignore_xyxy: np.ndarray | None = None) -> None:
+        """One image: predictions and ground truth, class ids index `classes`. A
+        prediction that matches no ground truth but lies mostly inside an ignore region
+        (an object the labeller could not judge fairly, of any class) counts neither way."""
         for c in range(len(self.classes)):
             sel = class_id == c
             boxes, scores = xyxy[sel], score[sel]
@@ -63,6 +76,9 @@ class DetectionEvaluator:
                     if candidates[j] >= self.iou:
                         taken[j] = True
                         matched[det] = True
+            if ignore_xyxy is not None and len(ignore_xyxy) and len(scores):
+                kept = matched | (box_ioa(boxes, ignore_xyxy).max(1) < 0.5)
+                boxes, scores, matched = boxes[kept], scores[kept], matched[kept]
             self._scores.setdefault(c, []).append(scores)
             self._matched.setdefault(c, []).append(matched)
             self._num_gt[c] = self._num_gt.get(c, 0) + len(gt)
