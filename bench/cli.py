@@ -27,7 +27,9 @@ def register(sub) -> None:
     bench.add_argument("--json", type=Path, metavar="FILE", help="also write the result here")
     bench.add_argument("--source", default="sample_videos/street_a.mp4", help="clip to use")
     bench.add_argument("--detector", default=None,
-                       help="ingest: detector for both sides (default scenedet); runtime: the model (default coco)")
+                       help="ingest: detector for both sides (default scenedet); runtime: the model (default coco); "
+                            "serve: the people counters' model, scenedet on the bundled clips (default) or coco on "
+                            "vtest.avi")
     bench.add_argument("--repeats", type=int, default=3, help="alternating repeats; medians are reported")
     bench.add_argument("--max-frames", type=int, default=None, metavar="N",
                        help="frames per repeat (runtime: default 24)")
@@ -125,6 +127,7 @@ def run(args: argparse.Namespace) -> int:
 
         try:
             options = ServeBenchOptions(device=resolve_device(args.device), allocators=tuple(args.allocator),
+                                        detector=args.detector or "scenedet",
                                         **({"counts": (1, 4, 16), "warmup_s": 10.0, "window_s": 20.0,
                                             "bound_s": 8.0} if args.quick else {}))
             result = run_serve_bench(options, log=lambda m: print(m, file=sys.stderr, flush=True))

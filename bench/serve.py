@@ -1,7 +1,8 @@
 """`vigil bench serve`: the served path under growing load, beside the engine alone.
 
 For each N (1, 2, 4, 8, 16) a fresh `vigil serve` runs N looping bundled clips, each
-with the people counter (SceneDet, person head, 1 s SLO); the first app has priority
+with a people counter (SceneDet, person head, 1 s SLO; with `detector: coco`, the
+pretrained COCO detector on OpenCV's vtest.avi, real footage, where it is installed); the first app has priority
 10 and samples 5 frames a second, the others priority 0, every frame, with `min_fps`
 so that load control can shed their rate. After a
 warm-up, one window measures, from the server's own metrics: goodput (frames within
@@ -59,6 +60,7 @@ class ServeBenchOptions:
     device: str = "cpu"
     bound_s: float = 15.0
     captions_n: tuple[int, ...] = (1, 4)  # the counts measured again with captions on (none: skip)
+    detector: str = "scenedet"  # the people counters' model: scenedet on the bundled clips, or coco
     allocators: tuple[str, ...] = ("auto",)  # the server's VIGIL_ALLOCATOR; the first is the headline
 
     def __post_init__(self) -> None:
@@ -71,6 +73,20 @@ class ServeBenchOptions:
             raise ValueError(f"counts must be between 1 and 64 streams; were {self.counts}")
         if not (0 < self.window_s <= 3600 and 0 <= self.warmup_s <= 3600 and 0 < self.bound_s <= 600):
             raise ValueError("window_s in (0, 3600], warmup_s in [0, 3600] and bound_s in (0, 600]")
+        if self.detector not in ("scenedet", "coco"):
+            raise ValueError(f"detector must be scenedet or coco; was {self.detector!r}")
+
+    def clips(self) -> list[Path]:
+        """SceneDet's bundled clips, or for coco real footage (a synthetic clip would say
+        nothing of a detector trained on real scenes)."""
+        if self.detector == "scenedet":
+            return CLIPS
+        from sample_videos.footage import FETCH, PLACES
+
+        found = [p for p in PLACES["vtest"] if p.is_file()][:1]
+        if not found:
+            raise ValueError(f"the serve bench runs coco on vtest.avi: {FETCH['vtest']}")
+        return found
 
 
 class _Server:
@@ -80,14 +96,15 @@ class _Server:
     `actors`)."""
 
     def __init__(self, workdir: Path, device: str, captions: bool = False, cluster: str | None = None,
-                 actors: bool = True, allocator: str = "auto") -> None:
+                 actors: bool = True, allocator: str = "auto", clips: list[Path] = ()) -> None:
         self.port = free_ports(1)[0]
         self.url = f"http://127.0.0.1:{self.port}"
         config = workdir / "vigil.yaml"
         llm = {"llm_model": "scene-lm", "caption_every_s": CAPTION_EVERY_S} if captions else \
             {"llm_model": None, "caption_every_s": 0}
         on = {"cluster": {"address": cluster, "actors": actors}} if cluster else {}
-        config.write_text(yaml.safe_dump({**llm, "limits": {"media_dirs": [str(SAMPLES_DIR)]}, **on}))
+        media = [str(SAMPLES_DIR), *{str(p.parent) for p in clips}]
+        config.write_text(yaml.safe_dump({**llm, "limits": {"media_dirs": media}, **on}))
         self.server = Launched("vigil serve", [sys.executable, "-m", "vigil", "serve", "--config", str(config),
                                                "--port", str(self.port), "--grpc-port", "0", "--data-dir",
                                                str(workdir / "data"), "--device", device,
@@ -112,8 +129,8 @@ class _Server:
         self.server.stop()
 
 
-def _app_spec(i: int) -> dict:
-    spec = {"name": f"cam{i}", "source": f"cam{i}", "detector": "scenedet", "classes": ["person"], "slo_ms": SLO_MS,
+def _app_spec(i: int, detector: str) -> dict:
+    spec = {"name": f"cam{i}", "source": f"cam{i}", "detector": detector, "classes": ["person"], "slo_ms": SLO_MS,
             "priority": 10 if i == 0 else 0}
     if i == 0:
         spec["fps"] = HIGH_FPS
@@ -142,16 +159,18 @@ def settled(before: dict, after: dict) -> int:
 def measure_point(n: int, options: ServeBenchOptions, log: Callable[[str], None], captions: bool = False,
                   cluster: str | None = None, actors: bool = True, allocator: str | None = None) -> dict:
     with tempfile.TemporaryDirectory(prefix="vigil-bench-serve-") as tmp:
-        server = _Server(Path(tmp), options.device, captions, cluster, actors, allocator or options.allocators[0])
+        clips = options.clips()
+        server = _Server(Path(tmp), options.device, captions, cluster, actors, allocator or options.allocators[0],
+                         clips)
         try:
             with httpx.Client(base_url=server.url, timeout=60) as api:
                 # loaded (and on a fresh clone profiled) before any stream decodes: a
                 # profile measured beside the decoders would plan for a slower device
-                api.post("/v1/models/scenedet/load", json={}, timeout=600).raise_for_status()
+                api.post(f"/v1/models/{options.detector}/load", json={}, timeout=600).raise_for_status()
                 for i in range(n):
-                    api.post("/v1/streams", json={"name": f"cam{i}", "url": str(CLIPS[i % len(CLIPS)]),
+                    api.post("/v1/streams", json={"name": f"cam{i}", "url": str(clips[i % len(clips)]),
                                                   "options": {"loop": True}}).raise_for_status()
-                    api.post("/v1/apps", json=_app_spec(i)).raise_for_status()
+                    api.post("/v1/apps", json=_app_spec(i, options.detector)).raise_for_status()
                 time.sleep(options.warmup_s)
                 before, cpu0, t0 = _totals(api, n), server.cpu_s(), time.monotonic()
                 machine0 = cpu_times()
@@ -195,16 +214,16 @@ def measure_point(n: int, options: ServeBenchOptions, log: Callable[[str], None]
 
 
 def engine_bound(options: ServeBenchOptions, log: Callable[[str], None]) -> tuple[float, float | None]:
-    """SceneDet's person path through the engine alone: best frames/s in the largest
-    batches it forms (the profile's efficient size), and the share of the machine's CPU
-    stolen meanwhile (bench/machine.py)."""
+    """The people counters' model (SceneDet: its person path) through the engine
+    alone: best frames/s in the largest batches it forms (the profile's efficient size),
+    and the share of the machine's CPU stolen meanwhile (bench/machine.py)."""
     from engine.engine import Engine
     from engine.repository import ModelRepository
     from engine.requests import Request
     from streams import open_source
 
     frames = []
-    src = open_source(str(CLIPS[0]))
+    src = open_source(str(options.clips()[0]))
     for f in src.frames():
         frames.append(f.image)
         if len(frames) == 64:
@@ -212,11 +231,11 @@ def engine_bound(options: ServeBenchOptions, log: Callable[[str], None]) -> tupl
     src.close()
     engine = Engine(ModelRepository(MODELS_DIR), options.device, lanes=None)  # the lanes `vigil serve` runs
     try:
-        engine.load("scenedet")
+        engine.load(options.detector)
 
         def chunk(k: int) -> list:
             now = engine.clock()
-            return engine.submit_many([Request("bound", "scenedet", frames[(k + j) % len(frames)], now, SLO_MS,
+            return engine.submit_many([Request("bound", options.detector, frames[(k + j) % len(frames)], now, SLO_MS,
                                                priority=0, labels=("person",), input_key=("bound", k + j),
                                                may_drop=False) for j in range(32)])
 
@@ -258,7 +277,7 @@ def run_serve_bench(options: ServeBenchOptions, log: Callable[[str], None] = pri
                          "goodput_on_vs_off": round(on["goodput_fps"] / off["goodput_fps"], 3),
                          "high_attainment_on_vs_off": round(on["high_attainment"] / off["high_attainment"], 3)
                          if on["high_attainment"] and off["high_attainment"] else None})
-    return {"device": options.device, "slo_ms": SLO_MS, "window_s": options.window_s,
+    return {"device": options.device, "detector": options.detector, "slo_ms": SLO_MS, "window_s": options.window_s,
             "engine_bound_fps": bound, "engine_bound_steal": bound_steal, "points": points,
             "served_vs_bound": round(best / bound, 3) if bound else None,
             "overload_retention": round(points[-1]["goodput_fps"] / best, 3) if best else None,

@@ -18,9 +18,6 @@ from support.clips import BUNDLED, load_truth
 from test_run import count_errors
 from vigil.offline import RunOptions, run_offline
 
-# its idle run needs an idle machine, and its spinning processes would slow every other test
-pytestmark = pytest.mark.exclusive
-
 CLIP = next(c for c in BUNDLED if c.stem == "street_b")  # the clip that once lost 210 of 450 frames
 
 
@@ -42,6 +39,7 @@ def run(out, realtime: bool = False) -> dict:
 
 
 @pytest.mark.slow
+@pytest.mark.exclusive  # its idle run needs an idle machine, and its spinning processes would slow every other test
 def test_events_do_not_depend_on_how_busy_the_machine_is(tmp_path):
     idle = run(tmp_path / "idle")
     with cores_kept_busy():

@@ -13,7 +13,7 @@ import pytest
 
 from engine.adapters import load_model
 from engine.repository import read_spec
-from support.footage import frames, need_coco, need_tfjs_reference, need_vtest
+from support.footage import assert_same_detections, frames, need_coco, need_tfjs_reference, need_vtest
 from support.processes import ROOT, run_command
 
 pytestmark = pytest.mark.slow
@@ -45,16 +45,8 @@ def reference(model, inputs: list[np.ndarray], frame_sizes: list[tuple[int, int]
 
 
 def matched(ours, theirs: np.ndarray) -> None:
-    """Each of TensorFlow.js's detections has one of ours of its class within BOX_PX on
-    every side and SCORE in score, and there are no others."""
     mine = np.concatenate([ours.xyxy, ours.confidence[:, None], ours.class_id[:, None]], 1)
-    assert len(mine) == len(theirs), f"{len(mine)} detections; TensorFlow.js found {len(theirs)}"
-    free = list(range(len(mine)))
-    for row in theirs:
-        close = [i for i in free if mine[i, 5] == row[5] and np.abs(mine[i, :4] - row[:4]).max() <= BOX_PX
-                 and abs(mine[i, 4] - row[4]) <= SCORE]
-        assert close, f"TensorFlow.js's {np.round(row, 3).tolist()} has no match among {np.round(mine, 3).tolist()}"
-        free.remove(close[0])
+    assert_same_detections(mine, theirs, BOX_PX, SCORE, "TensorFlow.js's")
 
 
 @pytest.mark.parametrize("version", [1, 2])

@@ -57,3 +57,15 @@ def frames(path: Path, indices: list[int]) -> list[np.ndarray]:
     finally:
         cap.release()
     return out
+
+
+def assert_same_detections(mine: np.ndarray, theirs: np.ndarray, box_px: float, score: float, whose: str) -> None:
+    """Each of `whose` detections (rows of x1, y1, x2, y2, score, class) has one of `mine`
+    of its class within `box_px` on every side and `score` in score, and there are no others."""
+    assert len(mine) == len(theirs), f"{len(mine)} detections; {whose} are {len(theirs)}"
+    free = list(range(len(mine)))
+    for row in theirs:
+        close = [i for i in free if mine[i, 5] == row[5] and np.abs(mine[i, :4] - row[:4]).max() <= box_px
+                 and abs(mine[i, 4] - row[4]) <= score]
+        assert close, f"{whose} {np.round(row, 3).tolist()} has no match among {np.round(mine, 3).tolist()}"
+        free.remove(close[0])
