@@ -567,10 +567,12 @@ def _image_root(spec: ModelSpec, device: str, module, name: str):
 
 
 def _single(spec: ModelSpec, folder: Path, version: int, device: str, module, digest: str,
-            random: bool = False, fixed_batch: int | None = None) -> LoadedModel:
+            random: bool = False, fixed_batch: int | None = None, runner: Callable | None = None) -> LoadedModel:
+    """One fragment: `module` traced (engine/tracing.py), or `runner` where given, which
+    computes what the module does (the module is kept for its hash and to free it)."""
     if spec.split:
         raise RepositoryError(f"{folder / 'model.yaml'}: split: {spec.adapter} models run as one fragment")
-    run = _inference(module, spec.name)
+    run = runner or _inference(module, spec.name)
     if fixed_batch is not None:
         run = _padded_to(fixed_batch, run)
     frag = Fragment("model", digest, None, image_input(spec, device, run), _torch_collate, _torch_split, module)
@@ -669,7 +671,8 @@ def _tfjs(spec: ModelSpec, folder: Path, version: int, device: str) -> LoadedMod
     """A TensorFlow.js graph model (`weights`: its model.json, its shards beside it), run
     natively (engine/tfjs). `config.outputs` names the graph outputs to compute, by the
     keys the output kind reads (all of the signature's when not given). The graph's input
-    size is fixed: `input.size` must be it."""
+    size is fixed: `input.size` must be it. With `cpu_runtime: onnxruntime`, a CPU runs
+    it on onnxruntime where that checks out (engine/tfjs/onnx_cpu.py)."""
     from engine.tfjs.graph import TfjsError, read_graph
     from engine.tfjs.module import GraphModule
 
@@ -687,7 +690,13 @@ def _tfjs(spec: ModelSpec, folder: Path, version: int, device: str) -> LoadedMod
                               f"([height, width]); give it as size")
     topology = hashlib.sha256(module.topology().encode()).hexdigest()
     digest = torch_hash(module, {"adapter": "tfjs", "graph": topology, **_root_extra(spec)})
-    return _single(spec, folder, version, device, module.to(device), digest)
+    runner = None
+    if device == "cpu" and spec.cpu_runtime == "onnxruntime":
+        from engine.lanes import usable_cores
+        from engine.tfjs.onnx_cpu import onnx_runner
+
+        runner = onnx_runner(module, folder, digest, usable_cores())
+    return _single(spec, folder, version, device, module.to(device), digest, runner=runner)
 
 
 def fit_to_file(spec: ModelSpec, shape: list, yaml_path: Path, filename: str) -> tuple[ModelSpec, int | None]:

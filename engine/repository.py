@@ -106,6 +106,9 @@ class ModelSpec(BaseModel):
     heads: dict[str, list[str]] = Field(default_factory=dict, description="leaf fragment -> the labels it detects")
     batch_sizes: list[int] = Field(default_factory=lambda: [1, 2, 4, 8, 16], description="sizes to profile and run")
     quality: float | None = Field(None, description="accuracy measure (e.g. held-out mAP) used by adaptive selection")
+    cpu_runtime: Literal["torch", "onnxruntime"] = Field(
+        "torch", description="tfjs: on a CPU, run the graph's torch module as exported to ONNX by onnxruntime "
+                             "(checked against the module at load; `vigil bench runtime` says which is faster)")
 
     @field_validator("batch_sizes")
     @classmethod
@@ -131,6 +134,8 @@ class ModelSpec(BaseModel):
                 raise ValueError("outputs: named outputs are for onnx models with output: detections")
             if set(self.outputs) != set(DETECTION_ROLES):
                 raise ValueError(f"outputs: name the outputs {list(DETECTION_ROLES)}; were {sorted(self.outputs)}")
+        if self.cpu_runtime != "torch" and self.adapter != "tfjs":
+            raise ValueError("cpu_runtime: onnxruntime is for tfjs models (an onnx model runs on it already)")
         names = [f if isinstance(f, str) else f.name for f in self.split]
         if len(set(names)) != len(names):
             raise ValueError(f"split: fragment names repeat: {names}")

@@ -61,7 +61,7 @@ class GraphModule(nn.Module):
         if min(self.input_hw) < 1:
             raise TfjsError(f"{graph.path}: the graph's input size is not fixed ({list(shape)}): give it "
                             "(input.size in model.yaml)")
-        channels = shape[3] if self.nhwc else shape[1]
+        channels = self.channels = shape[3] if self.nhwc else shape[1]
         shape = (1, *self.input_hw, channels) if self.nhwc else (1, channels, *self.input_hw)
         self.outputs = dict(outputs) if outputs else {name: name for name in graph.outputs}
         by_name = {node.name: node for node in graph.nodes}
