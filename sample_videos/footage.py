@@ -3,8 +3,9 @@
 Each video comes from a registry package (Debian's opencv-doc for vtest.avi), found where
 the package installs it or where `scripts/real-footage.sh` (run by `make demo`) copied it.
 Its labels are `footage/NAME.labels.json` beside this file: for some frames, a box around
-every person in view (`person`), and `ignore` boxes around people nobody could judge fairly
-(mostly hidden or cut by the frame's edge), where a detection counts neither way."""
+every person in view (`person`), `ignore` boxes around people nobody could judge fairly
+(mostly hidden or cut by the frame's edge), where a detection counts neither way, and a
+box around every car, van, truck or bus (`vehicle`)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ class LabelledFrame:
     index: int
     person: np.ndarray  # [N, 4] xyxy, frame pixels
     ignore: np.ndarray  # [M, 4]
+    vehicle: np.ndarray  # [K, 4]
 
     def count_error(self, count: int) -> int:
         """How far a head count is from the labels: zero anywhere from the people
@@ -62,8 +64,8 @@ def load_footage(name: str) -> Footage:
         raise ValueError(f"no labelled footage {name!r} (have {footage_names()})")
     doc = json.loads(path.read_text())
     size = tuple(doc["size"])
-    frames = [LabelledFrame(int(k), _boxes(v.get("person", []), f"{path.name} frame {k}", size),
-                            _boxes(v.get("ignore", []), f"{path.name} frame {k}", size))
+    frames = [LabelledFrame(int(k), *(_boxes(v.get(kind, []), f"{path.name} frame {k}", size)
+                                      for kind in ("person", "ignore", "vehicle")))
               for k, v in sorted(doc["frames"].items(), key=lambda kv: int(kv[0]))]
     video = next((p for p in PLACES.get(name, []) if p.is_file()), None)
     if video is None:

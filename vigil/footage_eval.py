@@ -4,6 +4,8 @@ real footage labelled by hand (sample_videos/footage.py), side by side.
 Per detector, on the labelled frames:
 - person AP50: VOC all-point AP at IoU 0.5 over every box the model gives (its own
   floor, or score 0.05 where that is lower), ignore regions counting neither way;
+- vehicle AP50, the same over its car, truck and bus boxes as one class (for a model
+  that has any);
 - boxes MAE: the mean absolute error of a frame's head count from the boxes at or over
   the app's min_confidence, against the labels (anywhere from the people labelled to
   those plus the ignored ones is right).
@@ -31,6 +33,7 @@ from sample_videos.footage import ROOT, Footage, load_footage
 from vigil.offline import RunOptions, run_offline
 
 AP_FLOOR = 0.05
+VEHICLES = ("car", "truck", "bus")  # what the labels' vehicles (cars and vans) may be called
 
 
 @dataclass(frozen=True)
@@ -78,27 +81,30 @@ def _detector(entry: Entry, repo: ModelRepository, device: str):
         raise ValueError(f"{entry.model} version {version}: {exc} (for coco: vigil models fetch)") from None
 
 
-def _persons(model, image: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Person boxes and scores the model finds in one RGB frame, over all its fragments."""
-    person = list(model.spec.labels).index("person")
+def _found(model, image: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Boxes, scores and label names the model finds in one RGB frame, over all its fragments."""
     dets = list(model.infer(image[None])[0].values())
     xyxy = np.concatenate([d.xyxy for d in dets]).reshape(-1, 4)
-    score, cls = np.concatenate([d.confidence for d in dets]), np.concatenate([d.class_id for d in dets])
-    return xyxy[cls == person], score[cls == person]
+    labels = np.array(model.spec.labels)[np.concatenate([d.class_id for d in dets]).astype(np.int64)]
+    return xyxy, np.concatenate([d.confidence for d in dets]), labels
 
 
 def detector_row(entry: Entry, footage: Footage, images: dict[int, np.ndarray], repo: ModelRepository,
                  device: str) -> dict:
     version, model = _detector(entry, repo, device)
     threshold = load_spec(entry.app).min_confidence
-    evaluator, errors = DetectionEvaluator(("person",)), []
+    vehicles = bool(set(VEHICLES) & set(model.spec.labels))
+    people, cars, errors = DetectionEvaluator(("person",)), DetectionEvaluator(("vehicle",)), []
     for frame in footage.frames:
-        xyxy, score = _persons(model, images[frame.index])
-        evaluator.add(xyxy, score, np.zeros(len(score), np.int64), frame.person,
-                      np.zeros(len(frame.person), np.int64), frame.ignore)
-        errors.append(frame.count_error(int((score >= threshold).sum())))
+        xyxy, score, labels = _found(model, images[frame.index])
+        for evaluator, wanted, truth, ignore in ((people, labels == "person", frame.person, frame.ignore),
+                                                 (cars, np.isin(labels, VEHICLES), frame.vehicle, None)):
+            evaluator.add(xyxy[wanted], score[wanted], np.zeros(int(wanted.sum()), np.int64), truth,
+                          np.zeros(len(truth), np.int64), ignore)
+        errors.append(frame.count_error(int((score[labels == "person"] >= threshold).sum())))
     return {"detector": f"{entry.model}:{version}", "app": load_spec(entry.app).name, "min_confidence": threshold,
-            "person_ap50": evaluator.result()["per_class"]["person"]["ap"],
+            "person_ap50": people.result()["per_class"]["person"]["ap"],
+            "vehicle_ap50": cars.result()["per_class"]["vehicle"]["ap"] if vehicles else None,
             "boxes_mae": round(float(np.mean(errors)), 3)}
 
 
@@ -140,14 +146,15 @@ def eval_footage(name: str, repository: Path, device: str, models: list[str] | N
     entries = [e for e in ENTRIES if not models or e.model in models]
     images, fps = read_frames(footage.video, [f.index for f in footage.frames])
     repo = ModelRepository(repository)
-    people = sum(len(f.person) for f in footage.frames)
-    log(f"{footage.video}: {len(footage.frames)} labelled frames, {people} people")
+    people, vehicles = (sum(len(getattr(f, kind)) for f in footage.frames) for kind in ("person", "vehicle"))
+    log(f"{footage.video}: {len(footage.frames)} labelled frames, {people} people, {vehicles} vehicles")
     out = {"footage": name, "video": footage.video.name, "frames": [f.index for f in footage.frames],
-           "people": people, "truth": [[len(f.person), len(f.person) + len(f.ignore)] for f in footage.frames],
+           "people": people, "vehicles": vehicles, "truth": [[len(f.person), len(f.person) + len(f.ignore)] for f in footage.frames],
            "device": device, "detectors": [], "apps": []}
     for entry in entries:
         row = detector_row(entry, footage, images, repo, device)
-        log(f"  {row['detector']}: person AP50 {row['person_ap50']}, boxes MAE {row['boxes_mae']}")
+        log(f"  {row['detector']}: person AP50 {row['person_ap50']}, vehicle AP50 {row['vehicle_ap50']}, "
+            f"boxes MAE {row['boxes_mae']}")
         out["detectors"].append(row)
     for app in dict.fromkeys(e.app for e in entries):
         row = app_row(app, footage, fps, repo, device, log)
@@ -158,8 +165,10 @@ def eval_footage(name: str, repository: Path, device: str, models: list[str] | N
 
 def format_footage_table(result: dict) -> str:
     tracks = {row["detector"]: row["tracks_mae"] for row in result["apps"]}
-    lines = ["| detector | person AP50 | boxes MAE | app (min_confidence) | tracks MAE |", "|---|---|---|---|---|"]
+    lines = ["| detector | person AP50 | vehicle AP50 | boxes MAE | app (min_confidence) | tracks MAE |",
+             "|---|---|---|---|---|---|"]
     for row in result["detectors"]:
-        lines.append(f"| {row['detector']} | {row['person_ap50']} | {row['boxes_mae']} | {row['app']} "
+        vehicle = "" if row["vehicle_ap50"] is None else row["vehicle_ap50"]
+        lines.append(f"| {row['detector']} | {row['person_ap50']} | {vehicle} | {row['boxes_mae']} | {row['app']} "
                      f"({row['min_confidence']}) | {tracks.get(row['detector'], '')} |")
     return "\n".join(lines)

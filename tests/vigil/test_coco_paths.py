@@ -90,3 +90,18 @@ def test_vigil_run_detections_give_what_the_model_gives(tmp_path, decoded):
     for row, image in zip(found, images):
         got = rows([(*d["box"], d["score"], d["label"]) for d in row["detections"]], labels)
         same(got, direct(model, image), f"vigil run --detections, frame {row['frame_id']}")
+
+
+def test_a_people_counter_and_a_vehicle_counter_on_one_camera_run_coco_once_a_frame(tmp_path):
+    from apps.spec import load_spec
+    from vigil.offline import RunOptions, run_offline
+
+    specs = [load_spec("people-counter"), load_spec("vehicle-counter")]
+    assert {s.detector for s in specs} == {"coco"} and len({s.fps for s in specs}) == 1
+    summary = run_offline(str(need_vtest()), specs, RunOptions(tmp_path, video=False, max_frames=60))
+    inferences = {name: app["inferences"] for name, app in summary["apps"].items()}
+    assert inferences["people-counter"] == inferences["vehicle-counter"] >= 25, inferences
+    (fragment, batches), = summary["batch_sizes"].items()
+    assert fragment.startswith("coco")
+    # each frame both apps asked for ran through the network once
+    assert sum(int(size) * n for size, n in batches.items()) == inferences["people-counter"], batches
