@@ -49,23 +49,11 @@ class RuntimeBenchOptions:
 
 def bench_frames(n: int) -> tuple[str, np.ndarray]:
     """n RGB frames: vtest.avi's where it is installed (real people), else street_a's."""
-    import cv2
-
-    from sample_videos.footage import PLACES, ROOT
+    from sample_videos.footage import PLACES, ROOT, read_frames
 
     video = next((p for p in PLACES["vtest"] if p.is_file()), None) or ROOT / "sample_videos/street_a.mp4"
-    cap, frames = cv2.VideoCapture(str(video)), []
-    try:
-        while len(frames) < n:
-            ok, frame = cap.read()
-            if not ok:
-                break
-            frames.append(cv2.cvtColor(frame, cv2.COLOR_BGR2RGB))
-    finally:
-        cap.release()
-    if len(frames) < n:
-        raise ValueError(f"{video} has {len(frames)} frames; the bench wants {n}")
-    return video.name, np.stack(frames)
+    found, _ = read_frames(video, list(range(n)))
+    return video.name, np.stack([found[i] for i in range(n)])
 
 
 def export_onnx(model: LoadedModel, frame: np.ndarray, path: Path) -> None:

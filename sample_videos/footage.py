@@ -13,6 +13,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+import cv2
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -71,3 +72,20 @@ def load_footage(name: str) -> Footage:
     if video is None:
         raise ValueError(f"{doc['video']} is not installed: {FETCH.get(name, 'see ' + path.name)}")
     return Footage(name, video, size, frames)
+
+
+def read_frames(video: Path, indices: list[int]) -> tuple[dict[int, np.ndarray], float]:
+    """RGB frames of a video, by index, and its frame rate."""
+    cap, wanted, out, i = cv2.VideoCapture(str(video)), set(indices), {}, 0
+    try:
+        while len(out) < len(wanted):
+            ok, frame = cap.read()
+            if not ok:
+                raise ValueError(f"{video} ends at frame {i}, before frame {max(wanted)}")
+            if i in wanted:
+                out[i] = cv2.cvtColor(frame, cv2.COLOR_BGR2RGB)
+            i += 1
+        fps = cap.get(cv2.CAP_PROP_FPS)
+    finally:
+        cap.release()
+    return out, fps

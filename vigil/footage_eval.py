@@ -22,14 +22,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-import cv2
 import numpy as np
 
 from apps.spec import load_spec
 from engine.adapters import load_model
 from engine.models.detection_eval import DetectionEvaluator
 from engine.repository import ModelRepository
-from sample_videos.footage import ROOT, Footage, load_footage
+from sample_videos.footage import ROOT, Footage, load_footage, read_frames
 from vigil.offline import RunOptions, run_offline
 
 AP_FLOOR = 0.05
@@ -46,23 +45,6 @@ class Entry:
 ENTRIES = (Entry("coco", 1, "people-counter"), Entry("coco", 2, "people-counter"),
            Entry("hog-people", None, str(ROOT / "configs/apps/people-counter-hog.yaml")),
            Entry("scenedet", None, "people-counter-scenedet"))
-
-
-def read_frames(video: Path, indices: list[int]) -> tuple[dict[int, np.ndarray], float]:
-    """RGB frames of a video, by index, and its frame rate."""
-    cap, wanted, out, i = cv2.VideoCapture(str(video)), set(indices), {}, 0
-    try:
-        while len(out) < len(wanted):
-            ok, frame = cap.read()
-            if not ok:
-                raise ValueError(f"{video} ends at frame {i}, before labelled frame {max(wanted)}")
-            if i in wanted:
-                out[i] = cv2.cvtColor(frame, cv2.COLOR_BGR2RGB)
-            i += 1
-        fps = cap.get(cv2.CAP_PROP_FPS)
-    finally:
-        cap.release()
-    return out, fps
 
 
 def _detector(entry: Entry, repo: ModelRepository, device: str):
@@ -92,7 +74,8 @@ def _found(model, image: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray
 def detector_row(entry: Entry, footage: Footage, images: dict[int, np.ndarray], repo: ModelRepository,
                  device: str) -> dict:
     version, model = _detector(entry, repo, device)
-    threshold = load_spec(entry.app).min_confidence
+    app = load_spec(entry.app)
+    threshold = app.min_confidence
     vehicles = bool(set(VEHICLES) & set(model.spec.labels))
     people, cars, errors = DetectionEvaluator(("person",)), DetectionEvaluator(("vehicle",)), []
     for frame in footage.frames:
@@ -102,17 +85,21 @@ def detector_row(entry: Entry, footage: Footage, images: dict[int, np.ndarray], 
             evaluator.add(xyxy[wanted], score[wanted], np.zeros(int(wanted.sum()), np.int64), truth,
                           np.zeros(len(truth), np.int64), ignore)
         errors.append(frame.count_error(int((score[labels == "person"] >= threshold).sum())))
-    return {"detector": f"{entry.model}:{version}", "app": load_spec(entry.app).name, "min_confidence": threshold,
+    return {"detector": f"{entry.model}:{version}", "app": app.name, "min_confidence": threshold,
             "person_ap50": people.result()["per_class"]["person"]["ap"],
             "vehicle_ap50": cars.result()["per_class"]["vehicle"]["ap"] if vehicles else None,
             "boxes_mae": round(float(np.mean(errors)), 3)}
 
 
-def tracks_alive(events_path: Path, t_ms: float) -> int:
+def track_spans(events_path: Path) -> list[tuple[float, float]]:
+    """Each track's (track_start, track_end) stream times; a track never ended runs on."""
     events = [json.loads(line) for line in events_path.read_text().splitlines()]
-    start = {e["track_id"]: e["t_ms"] for e in events if e["type"] == "track_start"}
     end = {e["track_id"]: e["t_ms"] for e in events if e["type"] == "track_end"}
-    return sum(1 for k, t0 in start.items() if t0 <= t_ms <= end.get(k, float("inf")))
+    return [(e["t_ms"], end.get(e["track_id"], float("inf"))) for e in events if e["type"] == "track_start"]
+
+
+def tracks_alive(spans: list[tuple[float, float]], t_ms: float) -> int:
+    return sum(1 for start, end in spans if start <= t_ms <= end)
 
 
 def app_row(app: str, footage: Footage, fps: float, repo: ModelRepository, device: str, log) -> dict:
@@ -125,7 +112,8 @@ def app_row(app: str, footage: Footage, fps: float, repo: ModelRepository, devic
                                                                      repository=repo.root, device=device))
         if summary["error"]:
             raise ValueError(f"{spec.name} on {footage.video}: {summary['error']}")
-        counts = [tracks_alive(Path(folder) / "events.jsonl", f.index * 1000.0 / fps) for f in footage.frames]
+        spans = track_spans(Path(folder) / "events.jsonl")
+        counts = [tracks_alive(spans, f.index * 1000.0 / fps) for f in footage.frames]
     errors = [f.count_error(c) for f, c in zip(footage.frames, counts)]
     latest = max(repo.versions(spec.detector), default=None)
     return {"app": spec.name, "detector": f"{spec.detector}:{version or latest}",

@@ -8,13 +8,13 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-import cv2
 import numpy as np
 import pytest
 
+from sample_videos.footage import PLACES
 from support.processes import ROOT
 
-VTEST = Path("/usr/share/doc/opencv-doc/examples/data/vtest.avi")
+VTEST = PLACES["vtest"][0]  # where opencv-doc installs it
 COCO = ROOT / "configs/models/coco"
 REFERENCE = ROOT / "tests/support/node_modules/@tensorflow/tfjs-converter"
 
@@ -44,19 +44,11 @@ def need_tfjs_reference() -> Path:
 
 
 def frames(path: Path, indices: list[int]) -> list[np.ndarray]:
-    """RGB frames of a video, by index."""
-    cap = cv2.VideoCapture(str(path))
-    out, i = [], 0
-    try:
-        while len(out) < len(indices):
-            ok, frame = cap.read()
-            assert ok, f"{path} ends before frame {indices[len(out)]}"
-            if i in indices:
-                out.append(cv2.cvtColor(frame, cv2.COLOR_BGR2RGB))
-            i += 1
-    finally:
-        cap.release()
-    return out
+    """RGB frames of a video, in the order of `indices`."""
+    from sample_videos.footage import read_frames
+
+    found, _ = read_frames(path, indices)
+    return [found[i] for i in indices]
 
 
 def assert_same_detections(mine: np.ndarray, theirs: np.ndarray, box_px: float, score: float, whose: str) -> None:

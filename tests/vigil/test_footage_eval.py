@@ -13,7 +13,7 @@ from engine.models.detection_eval import DetectionEvaluator
 from sample_videos.footage import LABELS, LabelledFrame, load_footage
 from support.footage import need_coco, need_vtest
 from support.processes import ROOT
-from vigil.footage_eval import eval_footage, format_footage_table, tracks_alive
+from vigil.footage_eval import eval_footage, format_footage_table, track_spans, tracks_alive
 
 
 def test_a_head_count_is_right_anywhere_from_the_people_to_those_plus_the_ignored():
@@ -62,7 +62,8 @@ def test_tracks_alive_run_from_their_start_to_their_end(tmp_path):
               {"type": "track_start", "track_id": 2, "t_ms": 300.0}, {"type": "line_cross", "track_id": 2, "t_ms": 400.0}]
     path = tmp_path / "events.jsonl"
     path.write_text("\n".join(json.dumps(e) for e in events))
-    assert [tracks_alive(path, t) for t in (50.0, 100.0, 300.0, 500.0, 600.0)] == [0, 1, 2, 2, 1]
+    spans = track_spans(path)
+    assert [tracks_alive(spans, t) for t in (50.0, 100.0, 300.0, 500.0, 600.0)] == [0, 1, 2, 2, 1]
 
 
 @pytest.mark.slow
