@@ -5,6 +5,7 @@ import math
 import threading
 import time
 from collections import Counter
+from concurrent.futures import wait
 
 import numpy as np
 import pytest
@@ -131,8 +132,11 @@ def test_hot_swap_under_load_fails_nothing(tmp_path, engine_factory):
     futures, stop = [], threading.Event()
 
     def load_generator():
+        # A closed loop (at most 16 in flight): the swaps are under load, not under an
+        # overload whose queue could outgrow the deadline on a busy machine.
         while not stop.is_set():
             futures.extend(engine.submit_many([request(engine=engine) for _ in range(4)]))
+            wait(futures[-16:-12], timeout=30)
 
     thread = threading.Thread(target=load_generator)
     thread.start()
