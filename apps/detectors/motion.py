@@ -82,19 +82,31 @@ class BackgroundModel:
         sample = (slice(None, None, 7), slice(None, None, 7))
         gain = np.median(frame[sample] + 1.0, axis=(0, 1)) / np.median(bg[sample] + 1.0, axis=(0, 1))
         frame /= gain
-        diff = np.abs(frame - bg).max(axis=2)
+        delta = frame - bg
+        diff = _channel_max(np.abs(delta))
         ratio = (frame + 1.0) / (bg + 1.0)
         # A shadow darkens every channel by about the same factor.
-        shadow = (ratio.max(axis=2) < 0.92) & (ratio.min(axis=2) > 0.45) & \
-                 (ratio.max(axis=2) - ratio.min(axis=2) < 0.12)
+        hi, lo = _channel_max(ratio), _channel_min(ratio)
+        shadow = (hi < 0.92) & (lo > 0.45) & (hi - lo < 0.12)
         fg = (diff > o.threshold) & ~shadow
-        warm = self.num_frames < o.warmup_frames
-        rate = np.where(fg, o.learn_foreground, o.learn_background).astype(np.float32)
-        if warm:
-            rate[:] = max(1.0 / (self.num_frames + 1), o.learn_background)
-        bg += rate[..., None] * (frame - bg)
+        if self.num_frames < o.warmup_frames:
+            rate = np.full(fg.shape, max(1.0 / (self.num_frames + 1), o.learn_background), np.float32)
+        else:
+            rate = np.where(fg, np.float32(o.learn_foreground), np.float32(o.learn_background))
+        delta *= rate[..., None]
+        bg += delta
         self.num_frames += 1
-        return fg.astype(np.uint8) * 255
+        return fg.view(np.uint8) * np.uint8(255)
+
+
+# numpy reduces a last axis of three slowly, a strided loop per pixel; two elementwise
+# passes over the channels' views give the same values in a fraction of the time
+def _channel_max(x: np.ndarray) -> np.ndarray:
+    return np.maximum(np.maximum(x[..., 0], x[..., 1]), x[..., 2])
+
+
+def _channel_min(x: np.ndarray) -> np.ndarray:
+    return np.minimum(np.minimum(x[..., 0], x[..., 1]), x[..., 2])
 
 
 class MotionDetector:

@@ -19,6 +19,9 @@ from engine.repository import ModelRepository
 from support.processes import ROOT
 
 MODELS = {"scenedet": [1, 2], "hog-people": None, "coco": None}  # name -> versions (None: the model's policy)
+# the lanes each runs on in the suite: a lane per core (servers, offline runs) and one of
+# every core (the cluster's front door, which runs SceneDet and HOG only)
+LANES = {"scenedet": (1, None), "hog-people": (1, None), "coco": (None,)}
 
 
 def installed(name: str) -> bool:
@@ -39,7 +42,8 @@ def warm_profiles(log) -> None:
         engine = Engine(repository, "cpu", lanes=lanes)
         try:
             for name, versions in models.items():
-                engine.load(name, versions)
+                if lanes in LANES[name]:
+                    engine.load(name, versions)
         finally:
             engine.close()
     log(f"profiles of {', '.join(models)} ready in {time.monotonic() - t0:.1f} s")
