@@ -125,22 +125,32 @@ class ManagedStream:
         self._ended = False  # `take` has met the end of the file
         self._pass_start_ms = start_ms  # a file's stream time at the start of its next pass
         self._demand_fps: float | None = None  # the most frames per second any consumer samples
-        self._demand: FrameSampler | None = None  # this session's filter at that rate
+        # the decoder thread's own: this session's filter, and the rate it was last set to
+        self._demand: FrameSampler | None = None
+        self._demand_applied: float | None = None
         self.recorder = recorder
 
     def set_demand(self, fps: float | None) -> None:
         """The highest rate the stream's apps sample (None: every frame). Frames beyond
         it are decoded, as the codec needs, but not converted to RGB nor delivered: a
-        frame no app will analyse costs no more than its decode."""
+        frame no app will analyse costs no more than its decode. Any thread may call
+        this; the decoder thread, which alone owns the filter, applies it at its next
+        frame."""
         self._demand_fps = fps
-        sampler = self._demand
-        if sampler is not None and fps is not None:
-            sampler.set_fps(fps)
-        elif (sampler is None) != (fps is None):
-            self._demand = None if fps is None else FrameSampler(fps)
+
+    def _sampler(self) -> FrameSampler | None:
+        """On the decoder thread: this session's filter, at the latest demand."""
+        fps = self._demand_fps
+        if fps != self._demand_applied:
+            if fps is None or self._demand is None:
+                self._demand = None if fps is None else FrameSampler(fps)
+            else:
+                self._demand.set_fps(fps)
+            self._demand_applied = fps
+        return self._demand
 
     def _wanted(self, pts_ms: float) -> bool:
-        sampler = self._demand
+        sampler = self._sampler()
         if sampler is None:
             return True
         wanted = sampler.wants(pts_ms)
@@ -150,7 +160,7 @@ class ManagedStream:
         return wanted
 
     def _due(self, pts_ms: float) -> bool:
-        sampler = self._demand
+        sampler = self._sampler()
         return sampler is None or sampler.due(pts_ms)
 
     @property
@@ -354,6 +364,7 @@ class ManagedStream:
         `realtime`."""
         video = open_video(self.url)
         # a new pass over the file starts its times again: a new filter at the same rate
+        self._demand_applied = self._demand_fps
         self._demand = None if self._demand_fps is None else FrameSampler(self._demand_fps)
         video.keep, video.due = self._wanted, self._due
         info = video.info

@@ -91,6 +91,10 @@ MIGRATIONS: list[str] = [
         last_id INTEGER NOT NULL      -- the last event delivered (or passed over by its filter)
     );
     """,
+    # 4 -> 5: windows of every stream's events (a question without a stream)
+    """
+    CREATE INDEX events_t ON events (t_ms);
+    """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 MAX_EVENT_ID = 2**53 - 1  # the largest integer every JSON client reads exactly
@@ -296,14 +300,18 @@ class Storage:
     def count_events(self) -> int:
         return self._exec("SELECT COUNT(*) AS n FROM events")[0]["n"]
 
-    def all_events(self, stream: str | None = None) -> list[dict]:
-        out, after = [], 0
-        while True:
-            page = self.events(EventQuery(stream=stream, after_id=after, limit=5000))
-            out += page
-            if len(page) < 5000:
-                return out
-            after = page[-1]["id"]
+    def window_events(self, stream: str | None = None, since_ms: float | None = None,
+                      until_ms: float | None = None) -> list[dict]:
+        """Every event in [since_ms, until_ms) (of one stream, or all), in id order. The
+        window is read through the (stream, t_ms) or t_ms index: a question about the
+        last hour of a camera that has run for a month reads that hour."""
+        where, params = [], []
+        for clause, value in (("stream = ?", stream), ("t_ms >= ?", since_ms), ("t_ms < ?", until_ms)):
+            if value is not None:
+                where.append(clause)
+                params.append(value)
+        rows = self._exec(f"SELECT * FROM events WHERE {' AND '.join(where) or '1'} ORDER BY id", params)
+        return [_event_row(r) for r in rows]
 
     # -- captions -----------------------------------------------------------------------------------
     def add_caption(self, stream: str, t_start_ms: float, t_end_ms: float, text: str, facts: str,

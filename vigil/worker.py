@@ -85,7 +85,10 @@ class StreamWorker:
         self.app_warnings: dict[str, dict[str, str]] = {}  # app -> kind (domain, quiet, crowd) -> warning
         self.live = LiveFrames()  # each app's latest analysed frame, for frame.jpg
         self._live_kept_ms: dict[str, float] = {}
-        self._runners: dict[str, AppRunner] = {}
+        self._runners: dict[str, AppRunner] = {}  # the worker thread's own, as are their apps
+        # each app's counts as of its last block, published by the worker thread (under
+        # the lock) for readers on other threads: an App is never read off that thread
+        self._counts: dict[str, dict] = {}
         self._cpu = ThreadLevel(stream.name)
         self._stopping = threading.Event()
         self._has_app = threading.Event()  # an app was ever attached
@@ -122,6 +125,7 @@ class StreamWorker:
         with self._lock:
             self._wanted.pop(name, None)
             self.app_status.pop(name, None)
+            self._counts.pop(name, None)
             self.live.forget(name)
             self.app_warnings.pop(name, None)
             self._changed = True
@@ -202,6 +206,7 @@ class StreamWorker:
         self._set_status(name, "failed", f"{type(exc).__name__}: {exc}"[:500])
         with self._lock:
             self._wanted.pop(name, None)  # not restarted at every block; PATCH or re-add it
+            self._counts.pop(name, None)
 
     def _complete(self, flight: InFlight, runners: list[AppRunner]) -> None:
         self._block_events = []
@@ -209,6 +214,7 @@ class StreamWorker:
         per_frame = observe_block(flight, runners, self.engine, self._emit, self._app_failed)
         span_s = self._span_s(flight.block)
         for r in runners:
+            self._publish_counts(r)
             self._health(r)
             self._watch_quiet(r, span_s)
             self._watch_crowd(r)
@@ -337,6 +343,7 @@ class StreamWorker:
                     try:
                         runner.app.reconfigure(spec)
                         runner.sampler, runner.rate_shed = FrameSampler(spec.fps), 0.0
+                        self._publish_counts(runner)
                     except Exception as exc:  # this app only
                         self._app_failed(runner, exc)
                 continue
@@ -345,6 +352,7 @@ class StreamWorker:
                 runner = self._runners[name] = build_runners([spec], self.engine, self.name, block.size, fps,
                                                              self.make_app, source=self.stream.url)[0]
                 self._set_status(name, "running")
+                self._publish_counts(runner)
                 if runner.domain_warning and self._warn(name, "domain", runner.domain_warning):
                     log.warning("app %s on stream %s: %s", name, self.name, runner.domain_warning)
             except Exception as exc:  # a RunError (its model does not load), or anything else: this app only
@@ -378,6 +386,15 @@ class StreamWorker:
                     self.live.keep(name, block.pixels[i], drawn, k)
             self._live_kept_ms[name] = now
 
+    def _publish_counts(self, runner: AppRunner) -> None:
+        if self._runners.get(runner.app.name) is not runner:
+            return  # failed while it observed the block
+        counts = runner.app.counts()  # a new dict each time: what readers hold never changes
+        with self._lock:
+            if runner.app.name in self.app_status:  # not removed meanwhile
+                self._counts[runner.app.name] = counts
+
     def app_counts(self, name: str) -> dict | None:
-        runner = self._runners.get(name)
-        return runner.app.counts() if runner is not None else None
+        """The app's counts as of its last block (None: not running)."""
+        with self._lock:
+            return self._counts.get(name)

@@ -74,3 +74,41 @@ def test_rollups_round_trip(tmp_path):
     db.add_rollups([row])
     assert db.rollups("a", 0) == [row]
     assert db.rollups("a", 101) == []
+
+
+@pytest.mark.slow  # a million rows
+def test_a_windowed_read_of_a_million_events_reads_its_window(tmp_path):
+    """What `/v1/ask` reads for a window: its events only, found by index. The work
+    SQLite does is counted in virtual-machine steps (a progress handler), which does not
+    depend on the machine's speed."""
+    path = tmp_path / "vigil.db"
+    Storage(path).close()
+    raw = sqlite3.connect(str(path))
+    n, streams = 1_000_000, ("gate", "lobby")
+    raw.executemany("INSERT INTO events (app, stream, type, t_ms, track_id, class, run, data) "
+                    "VALUES ('a', ?, 'line_cross', ?, ?, 'person', 1, '{}')",
+                    ((streams[i % 2], i * 100.0, i) for i in range(n)))
+    raw.commit()
+    raw.close()
+    db = Storage(path)
+    steps = {"n": 0}
+
+    def counted(read):
+        steps["n"] = 0
+        db._db.set_progress_handler(lambda: steps.__setitem__("n", steps["n"] + 1) or 0, 100)
+        try:
+            return read(), steps["n"]
+        finally:
+            db._db.set_progress_handler(None, 100)
+
+    # a 10 s window, an hour after the first event: 100 events, 50 of each stream
+    lo, hi = 3_600_000.0, 3_610_000.0
+    window, window_steps = counted(lambda: db.window_events(None, lo, hi))
+    assert [e["track_id"] for e in window] == list(range(36_000, 36_100))
+    gate, gate_steps = counted(lambda: db.window_events("gate", lo, hi))
+    assert [e["track_id"] for e in gate] == list(range(36_000, 36_100, 2)) and {e["stream"] for e in gate} == {"gate"}
+    _, count_steps = counted(lambda: db._exec("SELECT COUNT(*) FROM events WHERE data = '{}'"))  # every row
+    assert window_steps * 1000 < count_steps and gate_steps * 1000 < count_steps, (window_steps, gate_steps,
+                                                                                   count_steps)
+    assert len(db.window_events("lobby")) == n // 2  # no window: the whole stream, as before
+    db.close()

@@ -106,8 +106,9 @@ class LLMService:
                 raise Overloaded(str(exc)) from None
             return handle.result(ASK_TIMEOUT_S).text
 
-        return answer(question, self.storage.all_events(stream), self.storage.captions(stream), generate,
-                      lines, zones, self._sentence_embedder, stream, since_ms, until_ms)
+        events = self.storage.window_events(stream, since_ms, until_ms)  # the window only, by index
+        return answer(question, events, self.storage.captions(stream), generate, lines, zones,
+                      self._sentence_embedder, stream, since_ms, until_ms)
 
     def close(self) -> None:
         """Refuse new questions, finish the engine's requests, then join the captions thread."""
