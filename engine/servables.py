@@ -27,6 +27,10 @@ log = logging.getLogger("vigil.engine")
 
 OTHERS_MAX_CORES = 0.25  # others' load while profiling past which the profile is not stored (engine/machine_load.py)
 STALE_RATIO = 2.0  # a stored latency this many times what the device does now is measured again
+# stored profiles this process has found not stale: an engine loading the model again
+# (each run of an evaluation, each test of a session) does not time the device again
+_CHECKED: set[Profile] = set()
+_CHECKED_LOCK = threading.Lock()
 
 
 @dataclass
@@ -218,7 +222,11 @@ class ModelManager:
         label = f"{model.spec.name}/{name}"
         profile = store.get(frag.hash, self._device_key, tuple(model.spec.batch_sizes))
         if profile is not None:
-            if not _stale(profile, run, self._synchronize):
+            with _CHECKED_LOCK:
+                checked = profile in _CHECKED
+            if checked or not _stale(profile, run, self._synchronize):
+                with _CHECKED_LOCK:
+                    _CHECKED.add(profile)
                 return profile
             log.info("stored profile of %s looks measured on a busy machine; measuring again", label)
         log.info("profiling %s version %s on %s", label, model.version, self.device)
@@ -230,6 +238,8 @@ class ModelManager:
                         label, others.cores)
         else:
             store.put(profile)
+            with _CHECKED_LOCK:
+                _CHECKED.add(Profile.from_dict(profile.to_dict()))  # as the store gives it back
         return profile
 
     def _synchronize(self) -> None:

@@ -328,6 +328,43 @@ def test_a_profile_measured_while_others_were_busy_is_used_but_not_stored(tmp_pa
     assert engine.submit(request(engine=engine)).result(timeout=10).version == 1
 
 
+def test_a_stored_profile_is_timed_against_the_device_once_a_process(tmp_path, engine_factory, monkeypatch):
+    import engine.servables as servables
+
+    checks = Counter()
+    real = servables._stale
+
+    def stale(profile, *args, **kwargs):
+        checks[profile.fragment_hash] += 1
+        return real(profile, *args, **kwargs)
+
+    monkeypatch.setattr(servables, "_stale", stale)
+    monkeypatch.setattr(servables, "OthersLoad", Quiet)
+    folder = write_model(tmp_path, "m", 1)
+    engine_factory().load("m")  # measured and stored: what the device does now
+    engine_factory().load("m")
+    assert not checks
+    path = next((folder / "profiles").glob("*.json"))
+    stored = json.loads(path.read_text())
+    for entry in stored.values():
+        entry["mean_ms"][0] *= 1.01  # another profile, as another process might have stored
+    path.write_text(json.dumps(stored))
+    for _ in range(2):
+        engine_factory().load("m")
+    assert checks == Counter(dict.fromkeys(stored, 1))
+
+
+class Quiet:
+    """engine/machine_load.py's reading of a machine with nothing else on it."""
+    cores = 0.0
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        pass
+
+
 @pytest.mark.exclusive  # a profile measured beside other workers' load is not stored (servables.py)
 def test_a_stored_profile_slow_at_its_largest_batch_is_measured_again(tmp_path, engine_factory):
     """A busy machine slows long batches most: batch 1 as measured idle, batch 8 many
