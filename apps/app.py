@@ -95,17 +95,34 @@ class App:
         spec = self.spec
         self.filter = DetectionFilter(spec, self.labels, self.frame_size)
         self.keeper = StationaryKeeper(spec.stationary_s, parked_for_s(spec.stationary_s))
-        scale = np.array(self.frame_size, np.float64)
         fps = min(spec.fps, self.stream_fps) if spec.fps else self.stream_fps
         self.tracker = Tracker(spec.tracker, fps=fps, frame_size=self.frame_size)
-        self.lines = [LineCounter(name, np.array(a) * scale, np.array(b) * scale)
-                      for name, (a, b) in spec.lines.items()]
-        self.zones = [ZoneMonitor(name, np.array(poly, np.float64) * scale, spec.zone_inertia)
-                      for name, poly in spec.zones.items()]
+        self.lines, self.zones = [], []
+        self._build_parts(spec)
         wanted = spec.classes if spec.classes is not None else list(self.labels)
         self._wanted = np.array([self.labels.index(c) for c in wanted], np.int64)
         self._loiterers = None if spec.loiter_classes is None else \
             np.array([self.labels.index(c) for c in spec.loiter_classes], np.int64)
+
+    def _build_parts(self, spec: AppSpec) -> None:
+        """The spec's lines and zones, in pixels. One already here whose geometry is
+        unchanged keeps its counts (a reconfigure); a new or moved one starts from zero."""
+        scale = np.array(self.frame_size, np.float64)
+        lines, zones = {c.name: c for c in self.lines}, {z.name: z for z in self.zones}
+        self.lines = []
+        for name, (a, b) in spec.lines.items():
+            a, b = np.array(a) * scale, np.array(b) * scale
+            old = lines.get(name)
+            keep = old is not None and np.allclose(old.a, a) and np.allclose(old.b, b)
+            self.lines.append(old if keep else LineCounter(name, a, b))
+        self.zones = []
+        for name, poly in spec.zones.items():
+            polygon = np.array(poly, np.float64) * scale
+            old = zones.get(name)
+            keep = old is not None and old.polygon.shape == polygon.shape and np.allclose(old.polygon, polygon)
+            zone = old if keep else ZoneMonitor(name, polygon)
+            zone.inertia = spec.zone_inertia
+            self.zones.append(zone)
 
     @property
     def name(self) -> str:
@@ -123,23 +140,7 @@ class App:
         is unchanged keeps its counts, a new or moved one starts from zero."""
         if spec.name != self.spec.name or spec.detector != self.spec.detector or spec.classes != self.spec.classes:
             raise ValueError("name, detector and classes cannot change while running; delete and add the app")
-        scale = np.array(self.frame_size, np.float64)
-        lines = {c.name: c for c in self.lines}
-        self.lines = []
-        for name, (a, b) in spec.lines.items():
-            a, b = np.array(a) * scale, np.array(b) * scale
-            old = lines.get(name)
-            keep = old is not None and np.allclose(old.a, a) and np.allclose(old.b, b)
-            self.lines.append(old if keep else LineCounter(name, a, b))
-        zones = {z.name: z for z in self.zones}
-        self.zones = []
-        for name, poly in spec.zones.items():
-            polygon = np.array(poly, np.float64) * scale
-            old = zones.get(name)
-            keep = old is not None and old.polygon.shape == polygon.shape and np.allclose(old.polygon, polygon)
-            zone = old if keep else ZoneMonitor(name, polygon)
-            zone.inertia = spec.zone_inertia
-            self.zones.append(zone)
+        self._build_parts(spec)
         self.filter = DetectionFilter(spec, self.labels, self.frame_size)
         if spec.stationary_s != self.spec.stationary_s:  # still spells go on; what is parked stays, when on
             self.keeper.stationary_s, self.keeper.park_s = spec.stationary_s, parked_for_s(spec.stationary_s)

@@ -27,7 +27,7 @@ class Event:
     # t_ms is the frame that settled it, or the track's last when it ended);
     # box (xyxy pixels: where the object was on the event's frame, or last seen for
     # track_end; none on the zone events said with a track_end); snapshot (its stored
-    # picture, vigil/snapshots.py)
+    # picture, runtime/snapshots.py)
     data: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

@@ -28,7 +28,7 @@ from engine.detections import Detections
 from engine.device import resolve_device
 from engine.repository import ModelRepository
 from streams.frames import FrameBlock
-from vigil.offline import RunOptions, run_offline
+from runtime.offline import RunOptions, run_offline
 from vigil.settings import MODELS_DIR
 
 

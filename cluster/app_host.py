@@ -141,7 +141,7 @@ class HostClient:
 
     def app(self, spec: AppSpec, stream_id: str, frame_size: tuple[int, int], stream_fps: float,
             labels: tuple[str, ...]) -> "ActorApp":
-        """An app of the stream, held by this host (vigil/pipeline.py's `MakeApp`)."""
+        """An app of the stream, held by this host (runtime/pipeline.py's `MakeApp`)."""
         return ActorApp(self, spec, stream_id, frame_size, stream_fps, labels)
 
     def where(self) -> dict:

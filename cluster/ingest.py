@@ -88,7 +88,7 @@ class RemoteStream:
     stream's worker. `placement`: the Ray scheduling strategy for the actor;
     `recording`: as `IngestActor`'s."""
 
-    native_id = None  # no thread here decodes (vigil/cpu_priority.py skips it)
+    native_id = None  # no thread here decodes (runtime/cpu_priority.py skips it)
 
     def __init__(self, name: str, url: str, options: StreamOptions, start_ms: float = 0.0,
                  shown_url: str | None = None, placement: object = "DEFAULT",

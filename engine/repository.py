@@ -30,6 +30,7 @@ ADAPTERS, YOLO_KINDS, OUTPUT_KINDS = get_args(Adapter), get_args(YoloKind), get_
 DENSE_KINDS = get_args(DenseKind)
 DETECTION_ROLES = ("boxes", "scores", "labels")  # an onnx detector's named outputs
 NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
+MODELS_DIR = Path(__file__).resolve().parents[1] / "configs" / "models"  # the checkout's built-in models
 
 
 class RepositoryError(ValueError):

@@ -1,13 +1,12 @@
-"""The LLM engine: schedule -> execute -> update, one iteration at a time.
+"""The LLM engine: schedule -> execute -> update_from_output, one iteration at a time.
 
-`schedule` (llm/scheduler.py) decides from counters and free blocks, and the engine
-carries the plan out on the paged KV cache (llm/kv_cache.py); `execute` flattens every
-scheduled request's tokens into one step's inputs (`prepare_inputs`) and runs the model
-over the cache, eagerly or through the padded fixed-shape step that a GPU replays as a
-captured CUDA graph (llm/cuda_graphs.py); `update` samples a token for every request
-whose computed tokens reached its end, checks stop conditions and streams text
-(llm/detokenize.py), and frees the blocks of finished, aborted and preempted requests.
-Request state and the caller's handle are in llm/requests.py.
+The scheduler (llm/scheduler.py) owns the requests and their blocks of the paged KV
+cache (llm/kv_cache.py): it plans and carries out each step, and takes its output back.
+The engine executes: it flattens every scheduled request's tokens into one step's
+inputs (`prepare_inputs`), runs the model over the cache, eagerly or through the padded
+fixed-shape step that a GPU replays as a captured CUDA graph (llm/cuda_graphs.py), and
+samples a token for every request whose computed tokens reach its end. Request state
+and the caller's handle are in llm/requests.py.
 
 Requests are added and aborted from any thread; `start()` runs the loop on its own
 thread. When a vision engine shares the device (`arbiter=`, its engine/arbiter.py
@@ -28,13 +27,13 @@ from typing import Callable
 import torch
 
 from llm.cuda_graphs import StepGraphs
-from llm.detokenize import check_stop, stream_text
-from llm.kv_cache import BlockPool, blocks_for, new_kv_cache, prepare_inputs
+from llm.kv_cache import KVCacheManager, blocks_for, new_kv_cache, prepare_inputs
 from llm.metrics import LLMMetrics
 from llm.model import LlamaModel
 from llm.requests import LLMRequest, RequestHandle
 from llm.sampling import SamplingParams, sample
-from llm.scheduler import SchedulerConfig, schedule
+from llm.scheduler import Sampled, Scheduler
+from llm.step_plan import SchedulerConfig
 from llm.tokenizer import Tokenizer
 
 log = logging.getLogger("vigil.llm")
@@ -75,10 +74,8 @@ class LLMEngine:
         device = model.embed_tokens.weight.device
         # one block more than the pool hands out: scratch for the padding rows of a captured step
         self.kv = new_kv_cache(model.cfg, self.config.num_blocks + 1, self.config.block_size, str(device))
-        self.pool = BlockPool(self.config.num_blocks)
-        self.waiting: dict[str, LLMRequest] = {}
-        self.running: dict[str, LLMRequest] = {}
-        self._aborted: set[str] = set()
+        self.scheduler = Scheduler(self.config.scheduler(), KVCacheManager(self.config.num_blocks), tokenizer,
+                                   self.metrics, clock)
         self._ids = itertools.count()
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
@@ -122,22 +119,24 @@ class LLMEngine:
         if params.seed is not None:
             req.generator = torch.Generator(device=self.kv.device).manual_seed(params.seed)
         with self._cond:
-            if self.config.max_waiting is not None and len(self.waiting) >= self.config.max_waiting:
+            waiting = len(self.scheduler.waiting)
+            if self.config.max_waiting is not None and waiting >= self.config.max_waiting:
                 self.metrics.rejected.inc()
-                raise EngineFull(f"{len(self.waiting)} LLM requests are waiting already (the most allowed); "
+                raise EngineFull(f"{waiting} LLM requests are waiting already (the most allowed); "
                                  "try again shortly")
-            self.waiting[rid] = req
+            self.scheduler.add_request(req)
             self.metrics.prompt_tokens.inc(len(ids))
             self._cond.notify_all()
         return RequestHandle(self, req)
 
     def abort(self, request_id: str) -> None:
         with self._cond:
-            self._aborted.add(request_id)
+            self.scheduler.abort(request_id)
             self._cond.notify_all()
 
     def has_work(self) -> bool:
-        return bool(self.waiting or self.running)
+        with self._cond:
+            return self.scheduler.has_unfinished()
 
     # -- the loop -----------------------------------------------------------------------------------
     def start(self) -> "LLMEngine":
@@ -148,32 +147,28 @@ class LLMEngine:
     def close(self, timeout_s: float = 10.0) -> None:
         with self._cond:
             self._closing = True
-            for rid in list(self.waiting) + list(self.running):
-                self._aborted.add(rid)
+            self.scheduler.abort_all()
             self._cond.notify_all()
         if self._thread is not None:
             self._thread.join(timeout_s)
         else:
-            self._reap_aborted()
+            with self._cond:
+                self.scheduler.reap_aborted()
 
     def _loop(self) -> None:
         while True:
             with self._cond:
-                while not (self._has_work() or self._closing):
+                while not (self.scheduler.has_work() or self._closing):
                     self._cond.wait()
-                if self._closing and not (self.waiting or self.running):
-                    self._reap_aborted()
+                if self._closing and not self.scheduler.has_unfinished():
+                    self.scheduler.reap_aborted()
                     return
             try:
                 self._steps_while_busy()
             except Exception as exc:
                 log.exception("LLM step failed; failing the running requests")
                 with self._cond:
-                    for req in list(self.running.values()) + list(self.waiting.values()):
-                        self._finish(req, "error", f"the engine step failed: {type(exc).__name__}: {exc}")
-
-    def _has_work(self) -> bool:
-        return bool(self.waiting or self.running or self._aborted)
+                    self.scheduler.fail_all(f"the engine step failed: {type(exc).__name__}: {exc}")
 
     def _steps_while_busy(self) -> None:
         """Step until there is no work; on a device shared with vision, each step is a
@@ -192,38 +187,21 @@ class LLMEngine:
 
     def _busy(self) -> bool:
         with self._cond:
-            return self._has_work() and not (self._closing and not (self.waiting or self.running))
+            return self.scheduler.has_work() and not (self._closing and not self.scheduler.has_unfinished())
 
     def step(self) -> list[LLMRequest]:
-        """One iteration: schedule -> execute -> update; returns the requests that
-        finished in it. The model runs outside the lock: requests are added and aborted
-        meanwhile, and take effect at the next step."""
+        """One iteration: schedule -> execute -> update_from_output; returns the requests
+        that finished in it. The model runs outside the lock: requests are added and
+        aborted meanwhile, and take effect at the next step."""
         with self._cond:
-            scheduled = self._schedule()
+            scheduled = self.scheduler.schedule()
         if not scheduled:
             return []
         logits = self._execute(scheduled)
         with self._cond:
-            finished = self._update(scheduled, logits)
+            finished = self.scheduler.update_from_output(scheduled, self._sample(scheduled, logits))
             self.num_steps += 1
-            self._report()
         return finished
-
-    def _schedule(self) -> list[tuple[LLMRequest, int]]:
-        """Decides this step (llm/scheduler.py) and carries the plan out: preempts,
-        admits, allocates blocks. Returns (request, tokens it computes) in plan order."""
-        self._reap_aborted()
-        plan = schedule([r.state() for r in self.running.values()], [r.state() for r in self.waiting.values()],
-                        self.pool.num_free, self.config.scheduler())
-        for rid in plan.preempted:
-            self._preempt(self.running.pop(rid))
-        for rid in plan.admitted:
-            self.running[rid] = self.waiting.pop(rid)
-        for rid, n in plan.new_blocks.items():
-            req = self.running[rid]
-            req.blocks += self.pool.allocate(n)
-        self._report()
-        return [(self.running[rid], n) for rid, n in plan.scheduled.items()]
 
     def _execute(self, scheduled: list[tuple[LLMRequest, int]]) -> torch.Tensor:
         """The logits of each scheduled request's last token this step: [len(scheduled), vocab]."""
@@ -232,67 +210,18 @@ class LLMEngine:
             return self.graphs.run(inputs)
         return self.model(inputs.batch(self.config.block_size, self.kv.device), self.kv)
 
-    def _update(self, scheduled: list[tuple[LLMRequest, int]], logits: torch.Tensor) -> list[LLMRequest]:
-        finished = []
-        now = self.clock()
+    def _sample(self, scheduled: list[tuple[LLMRequest, int]], logits: torch.Tensor) -> list[Sampled]:
+        """Each scheduled request's next token where this step reaches its end; None for
+        a prefill chunk; the error where its sampling failed (that request alone)."""
         greedy = logits.argmax(dim=-1).tolist()  # one call for the whole batch, not one per request
-        generated = 0
+        out: list[Sampled] = []
         for k, ((req, n), best) in enumerate(zip(scheduled, greedy)):
-            req.num_computed_tokens += n
-            if req.request_id in self._aborted or req.num_computed_tokens < req.num_tokens:
-                continue  # a prefill chunk: no token yet
-            try:
-                token = best if req.params.greedy else sample(logits[k], req.params, req.generator)
-            except (ValueError, RuntimeError) as exc:  # this request's sampling alone: the batch goes on
-                log.warning("LLM request %s failed in sampling: %s", req.request_id, exc)
-                self._finish(req, "error", str(exc))
-                finished.append(req)
+            if not self.scheduler.completes(req, n):
+                out.append(None)
                 continue
-            req.output_ids.append(token)
-            generated += 1
-            if req.first_token_s is None:
-                req.first_token_s = now
-                self.metrics.ttft.observe(now - req.arrival)
-            else:
-                self.metrics.itl.observe(now - req.last_token_s)
-            req.last_token_s = now
-            reason = check_stop(req, token, self.tokenizer)
-            if reason is not None:
-                self._finish(req, reason)
-                finished.append(req)
-            elif req.stream:
-                stream_text(req)
-        self.metrics.generation_tokens.inc(generated)
-        return finished
-
-    def _finish(self, req: LLMRequest, reason: str, error: str | None = None) -> None:
-        req.finish_reason = reason
-        req.error = error
-        self.running.pop(req.request_id, None)
-        self.waiting.pop(req.request_id, None)
-        self.pool.free(req.blocks)
-        req.blocks = []
-        stream_text(req, final=reason)
-        self.metrics.finished(reason, self.clock() - req.arrival, len(req.prompt_ids), len(req.output_ids))
-
-    def _preempt(self, req: LLMRequest) -> None:
-        """Recompute later: give back the blocks, forget the computed tokens (the
-        generated ones stay and are part of the prompt when it runs again)."""
-        self.pool.free(req.blocks)
-        req.blocks = []
-        req.num_computed_tokens = 0
-        req.num_preemptions += 1
-        self.metrics.preemptions.inc()
-        self.waiting[req.request_id] = req
-
-    def _reap_aborted(self) -> None:
-        for rid in list(self._aborted):
-            req = self.running.get(rid) or self.waiting.get(rid)
-            if req is not None:
-                self._finish(req, "abort")
-        self._aborted.clear()
-
-    def _report(self) -> None:
-        self.metrics.running.set(len(self.running))
-        self.metrics.waiting.set(len(self.waiting))
-        self.metrics.kv_usage.set(1.0 - self.pool.num_free / self.pool.num_blocks)
+            try:
+                out.append(best if req.params.greedy else sample(logits[k], req.params, req.generator))
+            except (ValueError, RuntimeError) as exc:
+                log.warning("LLM request %s failed in sampling: %s", req.request_id, exc)
+                out.append(exc)
+        return out

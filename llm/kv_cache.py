@@ -64,6 +64,34 @@ class BlockPool:
         self._free.extend(reversed(blocks))
 
 
+class KVCacheManager:
+    """Requests' KV blocks: the one place they are handed out (`allocate_slots`) and
+    given back (`free`). A request's block table is `request.blocks`."""
+
+    def __init__(self, num_blocks: int) -> None:
+        self.pool = BlockPool(num_blocks)
+
+    @property
+    def num_blocks(self) -> int:
+        return self.pool.num_blocks
+
+    @property
+    def num_free(self) -> int:
+        return self.pool.num_free
+
+    @property
+    def usage(self) -> float:
+        return 1.0 - self.pool.num_free / self.pool.num_blocks
+
+    def allocate_slots(self, request: "LLMRequest", num_blocks: int) -> None:
+        """`num_blocks` more blocks at the end of the request's table."""
+        request.blocks += self.pool.allocate(num_blocks)
+
+    def free(self, request: "LLMRequest") -> None:
+        self.pool.free(request.blocks)
+        request.blocks = []
+
+
 @dataclass
 class StepInputs:
     """One step's scheduled tokens flattened into one sequence [T], request after request."""

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, AsyncIterator, Callable, Iterable, Iterator
 import torch
 
 from llm.sampling import SamplingParams
-from llm.scheduler import SeqState
+from llm.step_plan import SeqState
 
 if TYPE_CHECKING:
     from llm.engine import LLMEngine

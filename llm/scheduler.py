@@ -1,118 +1,149 @@
-"""The LLM scheduler: a pure function of request counters and free KV blocks.
+"""The LLM scheduler: the owner of the waiting and running requests and, through the KV
+cache manager, of their blocks, as vLLM v1's.
 
-Iteration-level (Orca): every step it decides afresh which requests run and how many
-tokens each computes, so requests join and leave the batch at every step. A request
-knows `num_tokens` (prompt + generated) and `num_computed_tokens`; whether it is in
-prefill or decode follows from them. Each step has a token budget; a prompt longer than
-what is left is prefilled in chunks (chunked prefill), so long prompts never stall
-the decodes running beside them.
+Each step `schedule` plans (llm/step_plan.py, a pure function of counters and free
+blocks) and carries the plan out: preempts, admits and allocates. Once the model has
+run, `update_from_output` takes the step's sampled tokens back: it advances each
+request's computed tokens, appends its token, checks stop conditions, streams text
+(llm/detokenize.py) and frees what finished. The engine (llm/engine.py) runs schedule
+-> execute -> update_from_output and keeps no request state of its own.
 
-KV memory is paged (vLLM): a request holds `ceil(computed / block_size)` blocks. When a
-running request needs a block and none is free, the running request of lowest
-priority and latest arrival is preempted (its blocks are freed and it is recomputed
-from scratch later; possibly the request itself). Waiting requests are admitted in
-order of priority then arrival, only when their next chunk's blocks are free.
-
-`request_level=True` is the ablation: nothing new is admitted while any request runs
-(a batch runs until its longest member ends), as request-level serving does.
+Not locked by itself: the engine calls it under its lock, from the threads that add and
+abort requests and from its loop.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from typing import Callable, Union
 
-from llm.kv_cache import blocks_for
+from llm.detokenize import check_stop, stream_text
+from llm.kv_cache import KVCacheManager
+from llm.metrics import LLMMetrics
+from llm.requests import LLMRequest
+from llm.step_plan import SchedulerConfig, schedule
+from llm.tokenizer import Tokenizer
 
-
-@dataclass(frozen=True)
-class SchedulerConfig:
-    block_size: int = 16
-    max_num_seqs: int = 32  # running requests at most
-    max_step_tokens: int = 256  # token budget per step (prefill chunks + decodes)
-    request_level: bool = False
-
-    def __post_init__(self) -> None:
-        for name in ("block_size", "max_num_seqs", "max_step_tokens"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1; was {getattr(self, name)}")
+# a scheduled request's outcome of a step: its sampled token, None for a prefill chunk
+# (no token yet), or the error its sampling raised (that request fails, the batch goes on)
+Sampled = Union[int, None, Exception]
 
 
-@dataclass(frozen=True)
-class SeqState:
-    request_id: str
-    num_tokens: int  # prompt + generated so far
-    num_computed_tokens: int
-    num_blocks: int  # KV blocks held
-    priority: int = 0  # higher runs first
-    arrival: float = 0.0
+class Scheduler:
+    def __init__(self, config: SchedulerConfig, kv_cache: KVCacheManager, tokenizer: Tokenizer,
+                 metrics: LLMMetrics, clock: Callable[[], float]) -> None:
+        self.config = config
+        self.kv_cache = kv_cache
+        self.tokenizer = tokenizer
+        self.metrics = metrics
+        self.clock = clock
+        self.waiting: dict[str, LLMRequest] = {}
+        self.running: dict[str, LLMRequest] = {}
+        self._aborted: set[str] = set()
 
+    # -- requests -----------------------------------------------------------------------------------
+    def add_request(self, request: LLMRequest) -> None:
+        self.waiting[request.request_id] = request
 
-@dataclass
-class StepPlan:
-    scheduled: dict[str, int] = field(default_factory=dict)  # request -> tokens to compute this step
-    new_blocks: dict[str, int] = field(default_factory=dict)  # request -> blocks to allocate first
-    preempted: list[str] = field(default_factory=list)  # running requests to free and recompute later
-    admitted: list[str] = field(default_factory=list)  # waiting requests that start running
+    def abort(self, request_id: str) -> None:
+        """Ends the request at the start of the next step (or now, in `reap_aborted`)."""
+        self._aborted.add(request_id)
 
-    @property
-    def num_tokens(self) -> int:
-        return sum(self.scheduled.values())
+    def abort_all(self) -> None:
+        self._aborted.update(self.waiting)
+        self._aborted.update(self.running)
 
+    def has_unfinished(self) -> bool:
+        return bool(self.waiting or self.running)
 
-def _rank(s: SeqState) -> tuple:
-    return (-s.priority, s.arrival, s.request_id)
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running or self._aborted)
 
+    def is_aborted(self, request_id: str) -> bool:
+        return request_id in self._aborted
 
-def schedule(running: list[SeqState], waiting: list[SeqState], num_free_blocks: int,
-             cfg: SchedulerConfig) -> StepPlan:
-    plan = StepPlan()
-    budget = cfg.max_step_tokens
-    free = num_free_blocks
-    # Most important first; victims are taken from the back (lowest priority, latest arrival).
-    queue = sorted(running, key=_rank)
-    kept: list[SeqState] = []
-    while queue:
-        s = queue.pop(0)
-        if budget <= 0:
-            kept.append(s)
-            continue
-        n = min(s.num_tokens - s.num_computed_tokens, budget)
-        if n <= 0:
-            kept.append(s)
-            continue
-        need = blocks_for(s.num_computed_tokens + n, cfg.block_size) - s.num_blocks
-        while need > free and queue:  # free the least important running request
-            victim = queue.pop()
-            plan.preempted.append(victim.request_id)
-            free += victim.num_blocks
-        if need > free:  # nothing left to take: this request itself waits its turn again
-            plan.preempted.append(s.request_id)
-            free += s.num_blocks
-            continue
-        free -= max(0, need)
-        if need > 0:
-            plan.new_blocks[s.request_id] = need
-        plan.scheduled[s.request_id] = n
-        budget -= n
-        kept.append(s)
-    num_running = len(kept)
-    if cfg.request_level and (num_running > 0 or plan.preempted):
-        return plan
-    for s in sorted(waiting, key=_rank):
-        if num_running >= cfg.max_num_seqs or (budget <= 0 and not cfg.request_level):
-            break
-        # request-level admits the whole batch at once; prompts beyond this step's
-        # budget are prefilled in the next steps
-        n = min(s.num_tokens - s.num_computed_tokens, max(budget, 0))
-        need = blocks_for(s.num_computed_tokens + n, cfg.block_size) - s.num_blocks
-        if need > free:
-            break  # in order: a later request must not overtake one that waits for memory
-        free -= need
-        if need > 0:
-            plan.new_blocks[s.request_id] = need
-        if n > 0:
-            plan.scheduled[s.request_id] = n
-        plan.admitted.append(s.request_id)
-        budget -= n
-        num_running += 1
-    return plan
+    # -- a step -------------------------------------------------------------------------------------
+    def schedule(self) -> list[tuple[LLMRequest, int]]:
+        """This step's (request, tokens it computes), in plan order, with the plan's
+        preemptions, admissions and blocks carried out."""
+        self.reap_aborted()
+        plan = schedule([r.state() for r in self.running.values()], [r.state() for r in self.waiting.values()],
+                        self.kv_cache.num_free, self.config)
+        for rid in plan.preempted:
+            self._preempt(self.running.pop(rid))
+        for rid in plan.admitted:
+            self.running[rid] = self.waiting.pop(rid)
+        for rid, n in plan.new_blocks.items():
+            self.kv_cache.allocate_slots(self.running[rid], n)
+        self.report()
+        return [(self.running[rid], n) for rid, n in plan.scheduled.items()]
+
+    def update_from_output(self, scheduled: list[tuple[LLMRequest, int]], sampled: list[Sampled]) -> list[LLMRequest]:
+        """Takes the step back; returns the requests that finished in it."""
+        finished = []
+        now = self.clock()
+        generated = 0
+        for (req, n), token in zip(scheduled, sampled):
+            req.num_computed_tokens += n
+            if token is None or req.request_id in self._aborted:
+                continue
+            if isinstance(token, Exception):
+                self.finish(req, "error", str(token))
+                finished.append(req)
+                continue
+            req.output_ids.append(token)
+            generated += 1
+            if req.first_token_s is None:
+                req.first_token_s = now
+                self.metrics.ttft.observe(now - req.arrival)
+            else:
+                self.metrics.itl.observe(now - req.last_token_s)
+            req.last_token_s = now
+            reason = check_stop(req, token, self.tokenizer)
+            if reason is not None:
+                self.finish(req, reason)
+                finished.append(req)
+            elif req.stream:
+                stream_text(req)
+        self.metrics.generation_tokens.inc(generated)
+        self.report()
+        return finished
+
+    def completes(self, req: LLMRequest, n: int) -> bool:
+        """Whether computing `n` more tokens reaches the request's end, so that the step
+        samples its next token (otherwise it was a prefill chunk)."""
+        return req.request_id not in self._aborted and req.num_computed_tokens + n >= req.num_tokens
+
+    # -- endings --------------------------------------------------------------------------------------
+    def finish(self, req: LLMRequest, reason: str, error: str | None = None) -> None:
+        req.finish_reason = reason
+        req.error = error
+        self.running.pop(req.request_id, None)
+        self.waiting.pop(req.request_id, None)
+        self.kv_cache.free(req)
+        stream_text(req, final=reason)
+        self.metrics.finished(reason, self.clock() - req.arrival, len(req.prompt_ids), len(req.output_ids))
+
+    def fail_all(self, error: str) -> None:
+        for req in list(self.running.values()) + list(self.waiting.values()):
+            self.finish(req, "error", error)
+
+    def reap_aborted(self) -> None:
+        for rid in list(self._aborted):
+            req = self.running.get(rid) or self.waiting.get(rid)
+            if req is not None:
+                self.finish(req, "abort")
+        self._aborted.clear()
+
+    def _preempt(self, req: LLMRequest) -> None:
+        """Recompute later: give back the blocks, forget the computed tokens (the
+        generated ones stay and are part of the prompt when it runs again)."""
+        self.kv_cache.free(req)
+        req.num_computed_tokens = 0
+        req.num_preemptions += 1
+        self.metrics.preemptions.inc()
+        self.waiting[req.request_id] = req
+
+    def report(self) -> None:
+        self.metrics.running.set(len(self.running))
+        self.metrics.waiting.set(len(self.waiting))
+        self.metrics.kv_usage.set(self.kv_cache.usage)

@@ -16,7 +16,7 @@ import pytest
 from apps.spec import load_spec
 from support.clips import BUNDLED, load_truth
 from test_run import count_errors
-from vigil.offline import RunOptions, run_offline
+from runtime.offline import RunOptions, run_offline
 
 CLIP = next(c for c in BUNDLED if c.stem == "street_b")  # the clip that once lost 210 of 450 frames
 

@@ -13,7 +13,7 @@ from support.processes import run_command
 from apps.spec import load_spec
 from support.clips import BUNDLED, load_truth
 from sample_videos.render import RenderConfig, write_clip
-from vigil.offline import RunError, RunOptions, run_offline
+from runtime.offline import RunError, RunOptions, run_offline
 from vigil.tracking_eval import TRACKED_APPS, stays_followed, stays_within
 
 # app -> (line, the ground-truth classes it counts)

@@ -4,7 +4,7 @@ import pytest
 
 from apps.spec import SkipOptions, load_spec
 from sample_videos.render import RenderConfig, write_clip
-from vigil.offline import RunOptions, run_offline
+from runtime.offline import RunOptions, run_offline
 
 
 @pytest.mark.slow

@@ -20,7 +20,7 @@ class AskError(Exception):
 def run_clip_once(source: str, out_root: Path, models: Path, device: str,
                   log: Callable[[str], None]) -> tuple[Path, list]:
     from apps.spec import load_spec
-    from vigil.offline import RunError, RunOptions, default_apps, run_offline
+    from runtime.offline import RunError, RunOptions, default_apps, run_offline
 
     apps = default_apps(source)
     specs = [load_spec(a) for a in apps]

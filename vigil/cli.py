@@ -11,12 +11,12 @@ from typing import Callable
 from apps.spec import LIVE_FIELDS, SpecError, builtin_names, load_spec
 from engine.lanes import AUTO_MAX_LANES, MAX_LANES
 from streams.urls import scheme_of
-from vigil.offline import RANGE_APPS, REAL_APPS, RunError, default_apps
+from runtime.offline import RANGE_APPS, REAL_APPS, RunError, default_apps
 from vigil.settings import MODELS_DIR
 
 
 def _run(args: argparse.Namespace) -> int:
-    from vigil.offline import RunError, RunOptions, run_offline
+    from runtime.offline import RunError, RunOptions, run_offline
     from vigil.report import format_table
 
     refs = args.app or list(default_apps(args.source))

@@ -29,7 +29,7 @@ from engine.adapters import load_model
 from engine.models.detection_eval import DetectionEvaluator
 from engine.repository import ModelRepository
 from sample_videos.footage import ROOT, Footage, load_footage, read_frames
-from vigil.offline import RunOptions, run_offline
+from runtime.offline import RunOptions, run_offline
 
 AP_FLOOR = 0.05
 VEHICLES = ("car", "truck", "bus")  # what the labels' vehicles (cars and vans) may be called

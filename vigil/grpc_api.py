@@ -23,7 +23,7 @@ import numpy as np
 from apps.spec import MAX_SLO_MS
 from engine.detections import Detections
 from engine.requests import Dropped, Request
-from vigil.jpeg import rgb_jpeg
+from runtime.jpeg import rgb_jpeg
 from vigil.proto import vigil_pb2 as pb
 from vigil.proto import vigil_pb2_grpc as pb_grpc
 

@@ -29,7 +29,7 @@ from engine.repository import ModelRepository
 from llm.metrics import LLMMetrics
 from streams.clock import monotonic_ms
 from streams.recording import RecordingStore
-from vigil.load import LoadGovernor
+from runtime.load import LoadGovernor
 from vigil.rollups import Rollups
 from vigil.services.apps import AppService
 from vigil.services.cameras import CameraService
@@ -42,7 +42,7 @@ from vigil.services.sinks import SinkService
 from vigil.services.models import ModelService
 from vigil.services.streams import StreamService
 from vigil.settings import Settings, SettingsError
-from vigil.snapshots import SnapshotWriter
+from runtime.snapshots import SnapshotWriter
 from vigil.storage import Storage, StorageFull
 
 log = logging.getLogger("vigil.service")

@@ -14,12 +14,12 @@ from apps.documents import DocumentError, load_yaml
 from apps.events import EVENT_TYPES
 from apps.spec import format_errors
 from engine.lanes import AUTO_MAX_LANES, MAX_LANES
+from engine.repository import MODELS_DIR
 from engine.share import MAX_SHARE
 from streams.urls import ALL_SCHEMES, DEFAULT_SCHEMES, SourcePolicy
 
 ROOT = Path(__file__).resolve().parents[1]  # the checkout: its configs and sample videos
 DEFAULT_CONFIG = ROOT / "configs" / "vigil.yaml"
-MODELS_DIR = ROOT / "configs" / "models"
 SAMPLES_DIR = ROOT / "sample_videos"
 
 
@@ -139,7 +139,7 @@ class Sinks(BaseModel):
 
 
 class Snapshots(BaseModel):
-    """Each event's frame with the object's box, and a crop of it (vigil/snapshots.py)."""
+    """Each event's frame with the object's box, and a crop of it (runtime/snapshots.py)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 

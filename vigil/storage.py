@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
+from runtime.boundaries import SinkFull
+
 log = logging.getLogger("vigil.storage")
 
 MIGRATIONS: list[str] = [
@@ -117,7 +119,7 @@ class StorageError(Exception):
     """The database cannot be used; the message names the file and the cause."""
 
 
-class StorageFull(StorageError):
+class StorageFull(StorageError, SinkFull):
     """The disk under the database is full: writes fail until there is room again
     (reads go on). Said once in the log, not at every write."""
 

@@ -34,7 +34,7 @@ from engine.detections import Detections
 from sample_videos.range import truth_path
 from sample_videos.render import RenderConfig, write_clip
 from streams import FrameSampler, SourceError, SourceOptions, cut_blocks, open_source
-from vigil.offline import RunError, RunOptions, run_offline
+from runtime.offline import RunError, RunOptions, run_offline
 
 WITHIN_MS = 500.0  # how far a stay's measured dwell may be from the truth's
 ON_PERSON_IOU = 0.5  # a track's box this close to an object's is on that object

@@ -11,7 +11,7 @@ import pytest
 
 from apps.spec import load_spec
 from support.footage import need_vtest
-from vigil.offline import RunOptions, run_offline
+from runtime.offline import RunOptions, run_offline
 
 SEEN_BY_EYE = {4000.0: 6, 11000.0: 7}
 

@@ -22,7 +22,7 @@ from engine.repository import ModelRepository
 from support.browser import ARGS, CHROMIUM
 from support.processes import VigilServer, free_port, wait_for
 from vigil.api import build_app
-from vigil.offline import RunOptions, run_offline
+from runtime.offline import RunOptions, run_offline
 from vigil.service import Vigil
 from vigil.settings import MODELS_DIR, Cluster, Settings
 

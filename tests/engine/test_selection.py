@@ -97,7 +97,7 @@ def test_each_apps_switches_are_reported_on_its_own_stream(tmp_path):
     from factories import make_block
 
     from apps.spec import parse_spec
-    from vigil.pipeline import build_runners, observe_block, submit_block
+    from runtime.pipeline import build_runners, observe_block, submit_block
 
     engine, now = two_versions(tmp_path)
     try:

@@ -240,7 +240,7 @@ def test_vigil_run_writes_ultralytics_detections_and_tracks_them(tmp_path, kind,
 
     import yaml
 
-    from vigil.video import VideoWriter
+    from runtime.video import VideoWriter
 
     root = tmp_path / "repo"
     write_yolo(root, "onnx", kind, make())

@@ -81,7 +81,7 @@ def test_greedy_tokens_equal_transformers(tiny, config, mode):
     got = run_engine(engine, jobs)
     for i, (_, prompt, n) in enumerate(jobs):
         assert got[i] == hf_greedy(tiny, prompt, n, device_of(mode)), f"request {i} (prompt {len(prompt)} tokens)"
-    assert engine.pool.num_free == config.num_blocks
+    assert engine.scheduler.kv_cache.num_free == config.num_blocks
     if engine.graphs is not None:
         assert engine.graphs.steps == engine.num_steps, "a step did not go through the padded static path"
     if config.num_blocks == 12:

@@ -81,11 +81,11 @@ def test_cancel_frees_blocks_and_ends_the_stream(tiny):
     h = e.add_request("t3 t4", SamplingParams(max_tokens=200, ignore_eos=True))
     for _ in range(5):
         e.step()
-    assert e.pool.num_free < e.pool.num_blocks
+    assert e.scheduler.kv_cache.num_free < e.scheduler.kv_cache.num_blocks
     h.cancel()
     e.step()
     assert h.result(5).finish_reason == "abort"
-    assert e.pool.num_free == e.pool.num_blocks
+    assert e.scheduler.kv_cache.num_free == e.scheduler.kv_cache.num_blocks
 
 
 def test_bad_requests_are_refused_with_the_field(tiny):
@@ -116,8 +116,8 @@ def test_no_kv_leak_after_ten_thousand_requests(tiny):
         e.step()
     reasons = {h.result(5).finish_reason for h in handles}
     assert reasons <= {"length", "stop", "abort"} and "abort" in reasons
-    assert e.pool.num_free == e.pool.num_blocks
-    assert not e.running and not e.waiting
+    assert e.scheduler.kv_cache.num_free == e.scheduler.kv_cache.num_blocks
+    assert not e.scheduler.running and not e.scheduler.waiting
 
 
 @pytest.mark.exclusive  # device shares in lane time: another test's load on the cores moves them
@@ -193,7 +193,7 @@ def test_a_request_whose_sampling_fails_fails_alone(tiny, monkeypatch):
     failed, done = bad.result(1), good.result(1)
     assert failed.finish_reason == "error" and "not finite" in failed.error
     assert done.finish_reason == "length" and good.request.output_ids == alone.request.output_ids
-    assert e.pool.num_free == e.pool.num_blocks
+    assert e.scheduler.kv_cache.num_free == e.scheduler.kv_cache.num_blocks
 
 
 def test_waiting_requests_are_bounded(tiny):

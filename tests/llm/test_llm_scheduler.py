@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from llm.scheduler import SchedulerConfig, SeqState, schedule
+from llm.step_plan import SchedulerConfig, SeqState, schedule
 
 
 def seq(rid, num_tokens, computed=0, blocks=None, priority=0, arrival=0.0, block_size=4):
@@ -73,3 +73,63 @@ def test_max_num_seqs_caps_the_batch():
 def test_config_validates(field):
     with pytest.raises(ValueError, match=field):
         SchedulerConfig(**{field: 0})
+
+
+class Words:
+    """A tokenizer stand-in: token 0 ends a sequence."""
+    eos_ids = {0}
+
+    def decode(self, ids) -> str:
+        return " ".join(map(str, ids))
+
+
+def owner(num_blocks: int):
+    from llm.kv_cache import KVCacheManager
+    from llm.metrics import LLMMetrics
+    from llm.scheduler import Scheduler
+
+    return Scheduler(CFG, KVCacheManager(num_blocks), Words(), LLMMetrics(), lambda: 0.0)
+
+
+def request(rid: str, prompt: list[int], max_tokens: int, arrival: float = 0.0):
+    from llm.requests import LLMRequest
+    from llm.sampling import SamplingParams
+
+    return LLMRequest(rid, prompt, SamplingParams(max_tokens=max_tokens), 0, arrival, stream=False)
+
+
+def test_the_scheduler_owns_the_requests_and_every_block_it_hands_out():
+    s = owner(6)
+    long, short = request("long", list(range(1, 13)), 3), request("short", [5, 6], 1, arrival=1.0)
+    s.add_request(long)
+    s.add_request(short)
+    step = s.schedule()
+    assert [(r.request_id, n) for r, n in step] == [("long", 12), ("short", 2)]
+    assert (len(long.blocks), len(short.blocks), s.kv_cache.num_free) == (3, 1, 2)
+    assert s.update_from_output(step, [7, 8]) == [short] and short.finish_reason == "length"
+    assert short.blocks == [] and s.kv_cache.num_free == 3 and list(s.running) == ["long"]
+    step = s.schedule()  # the 13th token's position needs a fourth block
+    assert [(r.request_id, n) for r, n in step] == [("long", 1)] and len(long.blocks) == 4
+    assert s.update_from_output(step, [0]) == [long] and long.finish_reason == "stop"
+    assert long.output_ids == [7] and s.kv_cache.num_free == 6 and not s.has_unfinished()
+
+
+def test_preempted_and_aborted_requests_give_their_blocks_back():
+    s = owner(4)
+    first, second = request("first", list(range(1, 9)), 8), request("second", list(range(1, 9)), 8, arrival=1.0)
+    s.add_request(first)
+    s.add_request(second)
+    step = s.schedule()
+    assert s.kv_cache.num_free == 0
+    s.update_from_output(step, [9, 9])  # each at 9 tokens: a third block each, and none is free
+    step = s.schedule()
+    assert [r.request_id for r, _ in step] == ["first"] and list(s.waiting) == ["second"]
+    assert second.blocks == [] and second.num_computed_tokens == 0 and second.num_preemptions == 1
+    assert len(first.blocks) == 3 and s.kv_cache.num_free == 1
+    s.abort("first")
+    assert s.update_from_output(step, [9]) == [] and first.output_ids == [9]  # aborted meanwhile: no token
+    s.schedule()
+    assert first.finish_reason == "abort" and first.blocks == [] and list(s.running) == ["second"]
+    s.abort_all()
+    s.reap_aborted()
+    assert s.kv_cache.num_free == 4 and not s.has_work()

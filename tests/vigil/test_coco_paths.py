@@ -94,7 +94,7 @@ def test_vigil_run_detections_give_what_the_model_gives(tmp_path, decoded):
 
 def test_a_people_counter_and_a_vehicle_counter_on_one_camera_run_coco_once_a_frame(tmp_path):
     from apps.spec import load_spec
-    from vigil.offline import RunOptions, run_offline
+    from runtime.offline import RunOptions, run_offline
 
     specs = [load_spec("people-counter"), load_spec("vehicle-counter")]
     assert {s.detector for s in specs} == {"coco"} and len({s.fps for s in specs}) == 1

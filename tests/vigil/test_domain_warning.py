@@ -10,7 +10,7 @@ import pytest
 from apps.spec import load_spec
 from support.footage import need_vtest
 from support.processes import RtspServer, wait_for
-from vigil.offline import RunOptions, run_offline
+from runtime.offline import RunOptions, run_offline
 from vigil.report import format_table
 
 pytestmark = pytest.mark.slow

@@ -20,7 +20,7 @@ import paho.mqtt.client as mqtt
 import pytest
 
 from support.processes import VigilServer, free_port, settled, wait_for
-from vigil.snapshots import crop_bounds
+from runtime.snapshots import crop_bounds
 
 MOSQUITTO = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
 pytestmark = pytest.mark.skipif(not os.path.exists(MOSQUITTO),

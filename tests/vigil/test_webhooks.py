@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from support.processes import VigilServer, free_port, settled, wait_for
-from vigil.snapshots import with_links
+from runtime.snapshots import with_links
 
 SECRET = "s3cr3t"
 

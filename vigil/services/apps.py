@@ -10,7 +10,7 @@ from typing import Any
 
 from apps.spec import LIVE_FIELDS, AppSpec, SpecError, parse_spec
 from engine.engine import Engine
-from vigil.load import LoadGovernor
+from runtime.load import LoadGovernor
 from vigil.rollups import Rollups
 from vigil.services.errors import Conflict, Invalid, NotFound, ServiceError
 from vigil.services.models import ModelService

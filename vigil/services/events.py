@@ -10,7 +10,7 @@ from vigil.services.apps import AppService
 from vigil.services.errors import Invalid, NotFound
 from vigil.services.streams import StreamService
 from vigil.settings import Limits
-from vigil.snapshots import SnapshotWriter
+from runtime.snapshots import SnapshotWriter
 from vigil.storage import EventQuery, Storage
 
 STREAM_FIELDS = ("name", "status", "last_error", "reconnects", "frames_decoded", "frames_dropped")

@@ -33,7 +33,7 @@ from prometheus_client import Counter
 
 from vigil.services.outbox import OutboxSink
 from vigil.settings import Mqtt
-from vigil.snapshots import with_links
+from runtime.snapshots import with_links
 from vigil.storage import Storage
 
 # counts and zone contents kept between messages; past this many, all are forgotten and

@@ -25,12 +25,12 @@ from streams import FrameBlock
 from streams.live import ManagedStream, StreamOptions
 from streams.recording import RecordingStore
 from streams.urls import NoSuchFile, NotAllowed, check_url, is_live_url, redact_url
-from vigil.load import LoadGovernor
+from runtime.load import LoadGovernor
 from vigil.services.errors import Conflict, Forbidden, Invalid, NotFound, ServiceError
 from vigil.settings import Settings
-from vigil.snapshots import SnapshotWriter
+from runtime.snapshots import SnapshotWriter
 from vigil.storage import Storage
-from vigil.worker import StreamWorker
+from runtime.worker import StreamWorker
 
 log = logging.getLogger("vigil.services.streams")
 

@@ -21,7 +21,7 @@ from prometheus_client import Counter
 from streams.urls import redact_url
 from vigil.services.outbox import OutboxSink
 from vigil.settings import Webhook
-from vigil.snapshots import with_links
+from runtime.snapshots import with_links
 from vigil.storage import Storage
 
 

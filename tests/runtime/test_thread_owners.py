@@ -21,7 +21,7 @@ from engine.repository import ModelRepository
 from streams.blocks import FrameSampler
 from streams.live import ManagedStream, StreamOptions
 from support.processes import ROOT, wait_for
-from vigil.worker import StreamWorker
+from runtime.worker import StreamWorker
 
 pytestmark = pytest.mark.slow  # a looping stream, and the engine, for seconds a test
 

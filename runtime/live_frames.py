@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from apps.annotate import Overlay, draw_overlay
-from vigil.jpeg import rgb_jpeg
+from runtime.jpeg import rgb_jpeg
 
 JPEG_QUALITY = 80
 

@@ -8,7 +8,7 @@ status `failed` with the error, and the stream's other apps go on. An app whose 
 frame of a block was dropped because its model is not there (unloaded) is `degraded`
 with the reason until frames come back. A block goes to the engine as soon as it is
 cut; the apps observe blocks in order as their results come in (`BLOCKS_IN_FLIGHT`).
-After each block the load governor (`vigil.load`) hears what was shed, and an app
+After each block the load governor (`runtime.load`) hears what was shed, and an app
 with `min_fps` samples at the rate it gives back.
 
 The latest annotated frame of each app is kept as JPEG (at most one a second) for the
@@ -28,16 +28,14 @@ from apps.annotate import overlay
 from apps.app import App, FrameResult
 from apps.events import Event
 from apps.spec import AppSpec
-from engine.engine import Engine
 from streams import FrameBlock
 from streams.blocks import BlockCutter, FrameSampler
-from streams.live import ManagedStream
-from vigil.cpu_priority import ThreadLevel
-from vigil.live_frames import LiveFrames
-from vigil.load import LoadGovernor
-from vigil.pipeline import (AppRunner, BlockPipeline, InFlight, MakeApp, RunError, build_runners, crowd_warning,
+from runtime.boundaries import EngineVerbs, EventSink, SinkFull, Stream
+from runtime.cpu_priority import ThreadLevel
+from runtime.live_frames import LiveFrames
+from runtime.load import LoadGovernor
+from runtime.pipeline import (AppRunner, BlockPipeline, InFlight, MakeApp, RunError, build_runners, crowd_warning,
                             observe_block, submit_block)
-from vigil.storage import StorageFull
 
 WARNING_KINDS = ("domain", "crowd", "quiet")  # an app's warnings, in the order they are shown
 log = logging.getLogger("vigil.worker")
@@ -56,8 +54,7 @@ class AppStatus:
 
 
 class StreamWorker:
-    def __init__(self, stream: ManagedStream, engine: Engine,  # or its verbs elsewhere: cluster/ingest.py
-                 emit: Callable[[list[Event], FrameBlock | None], list[dict]],
+    def __init__(self, stream: Stream, engine: EngineVerbs, emit: EventSink,
                  block_frames: int, block_ms: float, clock: Callable[[], float],
                  on_block: Callable[[str, float, list[dict], dict[str, dict[str, int]]], None] | None = None,
                  governor: LoadGovernor | None = None, quiet_after_s: float = 300.0,
@@ -300,7 +297,7 @@ class StreamWorker:
 
     def _cpu_level(self, runners: list[AppRunner]) -> None:
         """Below the top priority in use, the stream's threads take the CPU the rest
-        leave (vigil/cpu_priority.py)."""
+        leave (runtime/cpu_priority.py)."""
         top = self.governor.top_priority()
         mine = max((r.app.spec.priority for r in runners), default=None)
         self._cpu.background(top is not None and mine is not None and mine < top,
@@ -320,7 +317,7 @@ class StreamWorker:
         stored = None
         try:
             stored = self.emit(events, frames)
-        except StorageFull:
+        except SinkFull:
             pass  # said once by storage; the counts and the live views go on
         except Exception:
             log.exception("stream %s: could not store %d events", self.name, len(events))

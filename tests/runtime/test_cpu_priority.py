@@ -1,6 +1,6 @@
 """A stream whose apps are below the top priority in use runs its decoder and worker
 threads in the background (a higher nice value), and comes back when one of its apps
-is raised to the top (vigil/cpu_priority.py)."""
+is raised to the top (runtime/cpu_priority.py)."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ from engine.engine import Engine
 from engine.repository import ModelRepository
 from streams.live import ManagedStream, StreamOptions
 from support.processes import ROOT, wait_for
-from vigil.cpu_priority import BACKGROUND_NICE, BATCH_POLICY, ThreadLevel, nice_of, policy_of
-from vigil.load import LoadGovernor
-from vigil.worker import StreamWorker
+from runtime.cpu_priority import BACKGROUND_NICE, BATCH_POLICY, ThreadLevel, nice_of, policy_of
+from runtime.load import LoadGovernor
+from runtime.worker import StreamWorker
 
 BASE = os.getpriority(os.PRIO_PROCESS, 0)
 

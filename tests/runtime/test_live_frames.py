@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 from apps.annotate import Overlay, draw_overlay
-from vigil import live_frames
-from vigil.live_frames import LiveFrames
+from runtime import live_frames
+from runtime.live_frames import LiveFrames
 
 DRAWN = Overlay(zones=(), lines=(((10, 5), (10, 90), "t/gate in 1 out 0"),),
                 boxes=((60, 20, 120, 80, "#3 person"),), frame_class=None)

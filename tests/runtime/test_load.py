@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 
-from vigil.load import DECREASE, DEEPEST_CUT, FRAMES_SEEN, HOLD_S, LoadGovernor
+from runtime.load import DECREASE, DEEPEST_CUT, FRAMES_SEEN, HOLD_S, LoadGovernor
 
 BLOCK_S = 0.5  # stream time between one app's reports
 

@@ -11,7 +11,7 @@ from engine.engine import Engine
 from engine.repository import ModelRepository
 from streams.live import ManagedStream, StreamOptions
 from support.processes import ROOT, wait_for
-from vigil.worker import StreamWorker
+from runtime.worker import StreamWorker
 
 pytestmark = pytest.mark.slow  # a looping stream through the real engine, for seconds a test
 

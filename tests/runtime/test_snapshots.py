@@ -1,4 +1,4 @@
-"""Event snapshots (vigil/snapshots.py): the frame with the object's box and a crop,
+"""Event snapshots (runtime/snapshots.py): the frame with the object's box and a crop,
 written before the event is stored, shared by one object's events on one frame, and
 kept by days and size."""
 
@@ -12,7 +12,7 @@ import numpy as np
 
 from apps.events import Event
 from streams.frames import FrameBlock
-from vigil.snapshots import LOW_WATER, PRUNE_EVERY_S, SnapshotWriter, crop_bounds, with_links
+from runtime.snapshots import LOW_WATER, PRUNE_EVERY_S, SnapshotWriter, crop_bounds, with_links
 
 BOX = [200.0, 100.0, 260.0, 220.0]
 OBJECT_RGB = (20, 200, 40)

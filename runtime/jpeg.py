@@ -1,5 +1,5 @@
 """An RGB frame as JPEG bytes, for what the server hands out: the dashboard's latest
-frames (vigil/live_frames.py) and gRPC images (vigil/grpc_api.py)."""
+frames (runtime/live_frames.py) and gRPC images (vigil/grpc_api.py)."""
 
 from __future__ import annotations
 

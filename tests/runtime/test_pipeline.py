@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from streams import Frame, FrameBlock
-from vigil.pipeline import BlockPipeline, InFlight
+from runtime.pipeline import BlockPipeline, InFlight
 
 
 def test_without_ready_the_oldest_completes_only_when_the_pipeline_is_full():

@@ -35,16 +35,15 @@ from engine.detections import Detections
 from engine.device import resolve_device
 from engine.engine import Engine
 from engine.lanes import MAX_LANES
-from engine.repository import ModelRepository
+from engine.repository import MODELS_DIR, ModelRepository
 from sample_videos.range import from_the_range
 from streams import FrameBlock, SourceError, SourceOptions, cut_blocks, open_source
 from streams.clock import monotonic_ms
-from vigil.pipeline import (AppRunner, BlockPipeline, InFlight, RunError, build_runners, crowd_warning, observe_block,
+from runtime.pipeline import (AppRunner, BlockPipeline, InFlight, RunError, build_runners, crowd_warning, observe_block,
                             submit_block)
-from vigil.settings import MODELS_DIR
-from vigil.event_clips import FileClips
-from vigil.snapshots import SnapshotWriter
-from vigil.video import VideoWriter
+from runtime.event_clips import FileClips
+from runtime.snapshots import SnapshotWriter
+from runtime.video import VideoWriter
 
 log = logging.getLogger("vigil.run")
 REAL_APPS = ("people-counter", "vehicle-counter", "motion")  # on the pretrained COCO detector
@@ -74,10 +73,10 @@ class RunOptions:
     realtime: bool = False
     # also write what each app's model gave for every analysed frame (detections.jsonl)
     detections: bool = False
-    # also write each event's frame with its box, and a crop, under snapshots/ (vigil/snapshots.py)
+    # also write each event's frame with its box, and a crop, under snapshots/ (runtime/snapshots.py)
     snapshots: bool = False
     # also cut each event's stretch of the file (clip_pre_s before, clip_post_s after) under
-    # clips/, remuxed (vigil/event_clips.py); a video file only
+    # clips/, remuxed (runtime/event_clips.py); a video file only
     clips: bool = False
     clip_pre_s: float = 5.0
     clip_post_s: float = 5.0

@@ -1,0 +1,96 @@
+"""What the runtime takes from outside it, declared: a stream, an app and the engine,
+each of which the cluster swaps for a stand-in (cluster/ingest.py's `RemoteStream`,
+cluster/app_host.py's `ActorApp`, cluster/front.py's `ClusterEngine`), and the sink its
+events go to (vigil/storage.py in `vigil serve`). tests/runtime/test_boundaries.py
+checks that both sides of each implement its protocol."""
+
+from __future__ import annotations
+
+from concurrent.futures import Future
+from typing import Callable, Iterator, Protocol
+
+from apps.app import FrameResult
+from apps.events import Event
+from apps.spec import AppSpec
+from engine.classes import Classes
+from engine.detections import Detections
+from engine.metrics import EngineMetrics
+from engine.repository import ModelRepository
+from engine.requests import Request
+from streams import FrameBlock
+from streams.frames import Frame
+from streams.live import StreamStats
+
+
+class Stream(Protocol):
+    """A source of frames a worker cuts into blocks (streams/live.py's `ManagedStream`)."""
+
+    name: str
+    url: str
+    paced: bool  # frames come at the source's own rate (a camera, a paced file)
+    stats: StreamStats
+
+    @property
+    def native_id(self) -> int | None:
+        """The OS id of the thread that decodes here (None: none does)."""
+
+    def start(self) -> "Stream": ...
+
+    def stop(self, timeout_s: float = 5.0) -> None: ...
+
+    def status(self) -> dict: ...
+
+    def frames(self) -> Iterator[Frame | None]:
+        """Frames as they come; None when the source is quiet for a while."""
+
+    def set_demand(self, fps: float | None) -> None:
+        """The highest rate the stream's apps sample (None: every frame); any thread."""
+
+
+class RunningApp(Protocol):
+    """An app as the pipeline drives it (apps/app.py's `App`)."""
+
+    spec: AppSpec
+    labels: tuple[str, ...]
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def num_found(self) -> int: ...
+
+    def observe(self, block: FrameBlock, detections: list[Detections],
+                classes: list[Classes | None] | None = None) -> tuple[list[Event], list[FrameResult]]: ...
+
+    def reconfigure(self, spec: AppSpec) -> None: ...
+
+    def finish(self) -> list[Event]: ...
+
+    def counts(self) -> dict: ...
+
+
+class EngineVerbs(Protocol):
+    """What the pipeline asks of the device engine (engine/engine.py's `Engine`)."""
+
+    metrics: EngineMetrics
+    repository: ModelRepository
+
+    def load(self, name: str, versions: list[int] | None = None) -> list[int]: ...
+
+    def labels(self, name: str, version: int | str | None = None) -> tuple[str, ...]: ...
+
+    def domain(self, name: str, version: int | str | None = None) -> str | None: ...
+
+    def submit_many(self, requests: list[Request]) -> list[Future]: ...
+
+    def close(self, drain: bool = True, timeout_s: float = 30.0) -> None: ...
+
+
+class SinkFull(Exception):
+    """The store behind an event sink is full: the events are not kept, and the counts
+    and live views go on. Said once by the store, not by each caller."""
+
+
+# stores a block's events (with the frames they were seen on, for snapshots) and
+# returns them as stored, each with its id; may raise SinkFull
+EventSink = Callable[[list[Event], FrameBlock | None], list[dict]]
