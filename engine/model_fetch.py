@@ -60,6 +60,13 @@ def fetched(folder: Path, spec: FetchSpec) -> bool:
     return True
 
 
+def installed(folder: Path) -> bool:
+    """Whether a model folder has what it needs: everything its `fetch.yaml` names, or
+    no `fetch.yaml` at all (its weights are committed)."""
+    path = folder / "fetch.yaml"
+    return not path.exists() or fetched(folder, read_fetch_spec(path))
+
+
 def missing(models_dir: Path) -> list[tuple[Path, FetchSpec]]:
     """The model folders under `models_dir` whose `fetch.yaml` names files not installed."""
     wanted = [(p.parent, read_fetch_spec(p)) for p in sorted(Path(models_dir).glob("*/fetch.yaml"))]

@@ -58,9 +58,6 @@ class Scheduler:
     def has_work(self) -> bool:
         return bool(self.waiting or self.running or self._aborted)
 
-    def is_aborted(self, request_id: str) -> bool:
-        return request_id in self._aborted
-
     # -- a step -------------------------------------------------------------------------------------
     def schedule(self) -> list[tuple[LLMRequest, int]]:
         """This step's (request, tokens it computes), in plan order, with the plan's

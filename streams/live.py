@@ -363,9 +363,9 @@ class ManagedStream:
         (no second thread nor queue between them), paced at the clip's frame rate when
         `realtime`."""
         video = open_video(self.url)
-        # a new pass over the file starts its times again: a new filter at the same rate
-        self._demand_applied = self._demand_fps
-        self._demand = None if self._demand_fps is None else FrameSampler(self._demand_fps)
+        # a new pass over the file starts its times again: its first frame makes a new
+        # filter at the demand then (_sampler)
+        self._demand, self._demand_applied = None, None
         video.keep, video.due = self._wanted, self._due
         info = video.info
         self._set(width=info.width, height=info.height, fps=info.fps)

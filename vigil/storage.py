@@ -250,16 +250,8 @@ class Storage:
         if q.before_id is not None:
             where.append("id < ?")
             params.append(q.before_id)
-        for column, value in (("app", q.app), ("stream", q.stream), ("type", q.type)):
-            if value is not None:
-                where.append(f"{column} = ?")
-                params.append(value)
-        if q.since_ms is not None:
-            where.append("t_ms >= ?")
-            params.append(q.since_ms)
-        if q.until_ms is not None:
-            where.append("t_ms < ?")
-            params.append(q.until_ms)
+        matching, values = _matching(q)
+        where, params = where + matching, params + values
         order = "DESC" if q.newest_first else "ASC"
         rows = self._exec(f"SELECT * FROM events WHERE {' AND '.join(where)} ORDER BY id {order} LIMIT ?",
                           [*params, q.limit])
@@ -307,11 +299,7 @@ class Storage:
         """Every event in [since_ms, until_ms) (of one stream, or all), in id order. The
         window is read through the (stream, t_ms) or t_ms index: a question about the
         last hour of a camera that has run for a month reads that hour."""
-        where, params = [], []
-        for clause, value in (("stream = ?", stream), ("t_ms >= ?", since_ms), ("t_ms < ?", until_ms)):
-            if value is not None:
-                where.append(clause)
-                params.append(value)
+        where, params = _matching(EventQuery(stream=stream, since_ms=since_ms, until_ms=until_ms))
         rows = self._exec(f"SELECT * FROM events WHERE {' AND '.join(where) or '1'} ORDER BY id", params)
         return [_event_row(r) for r in rows]
 
@@ -358,6 +346,17 @@ def _statements(script: str) -> list[str]:
     """Split a migration into statements (none of ours contain ';' inside a literal)."""
     lines = [line.split("--", 1)[0] for line in script.splitlines()]
     return [s.strip() for s in "\n".join(lines).split(";") if s.strip()]
+
+
+def _matching(q: EventQuery) -> tuple[list[str], list]:
+    """The WHERE clauses, and their parameters, of a query's columns and time window."""
+    where, params = [], []
+    for clause, value in (("app = ?", q.app), ("stream = ?", q.stream), ("type = ?", q.type),
+                          ("t_ms >= ?", q.since_ms), ("t_ms < ?", q.until_ms)):
+        if value is not None:
+            where.append(clause)
+            params.append(value)
+    return where, params
 
 
 def _event_row(r) -> dict:

