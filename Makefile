@@ -92,12 +92,12 @@ soak: $(STAMP) system-deps
 
 # Retrain the bundled detector versions (writes configs/models/scenedet/{1,2}).
 train-detector: $(STAMP)
-	$(BIN)/python -u -m engine.models.train_scenedet --version 1
-	$(BIN)/python -u -m engine.models.train_scenedet --version 2
+	$(BIN)/python -u -m tools.train_scenedet --version 1
+	$(BIN)/python -u -m tools.train_scenedet --version 2
 
 # Retrain scene-lm, the caption and answer model (writes configs/models/scene-lm/1).
 train-scene-lm: $(STAMP)
-	$(BIN)/python -u -m llm.train_scene_lm
+	$(BIN)/python -u -m tools.train_scene_lm
 
 bench-llm: $(STAMP)
 	$(BIN)/vigil bench llm --json bench-llm.json

@@ -9,7 +9,7 @@ import cv2
 import numpy as np
 
 from apps.app import App
-from engine.detections import Detections
+from core.detections import Detections
 
 PALETTE = [(255, 80, 80), (80, 200, 255), (120, 255, 120), (255, 200, 60), (220, 120, 255), (255, 255, 255)]
 

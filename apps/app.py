@@ -27,14 +27,14 @@ import numpy as np
 from apps.appearance import colours as box_colours
 from apps.border import Borders, Size, learned_size, leaving_view, touching, whole_box
 from apps.counting import LineCounter, ZoneChange, ZoneMonitor
-from apps.events import Event
+from core.events import Event
 from apps.filters import DetectionFilter
 from apps.spec import AppSpec
 from apps.stationary import StationaryKeeper, parked_for_s
 from apps.tracking import Tracker
-from engine.classes import Classes
-from engine.detections import Detections
-from streams.frames import FrameBlock
+from core.classes import Classes
+from core.detections import Detections
+from core.frames import FrameBlock
 
 
 @dataclass

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from apps.geometry import along_line, in_polygon, side_of_line
-from engine.detections import Detections
+from core.detections import Detections
 
 
 @dataclass

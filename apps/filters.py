@@ -12,7 +12,7 @@ import numpy as np
 
 from apps.geometry import in_polygon
 from apps.spec import EVERY_CLASS, AppSpec, ClassFilter
-from engine.detections import Detections
+from core.detections import Detections
 
 
 class DetectionFilter:

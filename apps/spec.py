@@ -21,7 +21,7 @@ from pydantic import (BaseModel, ConfigDict, Field, StrictFloat, StringConstrain
 from apps.detectors import HOST_DETECTORS, build_host_detector
 from apps.documents import load_yaml
 from streams.blocks import MAX_FPS
-from streams.numbers import json_int
+from core.numbers import json_int
 
 BUILTIN_DIR = Path(__file__).parent / "builtin"
 NAME_PATTERN = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")  # matched whole (fullmatch): no trailing newline

@@ -31,7 +31,7 @@ from trackers import ByteTrackTracker
 from apps.appearance import looks
 from apps.ocsort import OCSort
 from apps.spec import TrackerOptions
-from engine.detections import Detections
+from core.detections import Detections
 
 
 class _ByteTrack:

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from vigil.allocator import CHOICES as ALLOCATORS
-from vigil.cli import print_json
+from vigil.report import print_json
 from vigil.settings import MODELS_DIR
 
 

@@ -14,8 +14,8 @@ import time
 from typing import Callable
 
 from bench.traffic import Traffic
-from engine.epochs import EpochPolicy
-from engine.placement import Workload
+from cluster.epochs import EpochPolicy
+from cluster.placement import Workload
 from engine.profiles import Profile
 
 SESSION = "scenedet:2"

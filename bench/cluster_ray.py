@@ -42,8 +42,8 @@ import numpy as np
 
 from bench.cluster_sim import SimOptions, run_sim, trace
 from bench.traffic import TARGET, Traffic
-from engine.epochs import EpochPolicy
-from engine.placement import Workload, max_throughput_rps
+from cluster.epochs import EpochPolicy
+from cluster.placement import Workload, max_throughput_rps
 
 OVERHEAD_MS = 40.0  # of each SLO, kept for Ray's two crossings and the router's tick
 

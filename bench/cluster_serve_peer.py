@@ -25,7 +25,7 @@ import time
 from concurrent.futures import Future
 from typing import Callable
 
-from engine.placement import Workload, largest_batch
+from cluster.placement import Workload, largest_batch
 
 SAMPLE_S = 1.0
 

@@ -1,4 +1,4 @@
-"""`vigil bench cluster --sim`: the placement planner (engine/placement.py) at 16 to
+"""`vigil bench cluster --sim`: the placement planner (cluster/placement.py) at 16 to
 1000 devices, in a discrete-event simulation with profiles.
 
 A trace shaped like Nexus's game workload: many sessions of a few model kinds with
@@ -17,7 +17,7 @@ cycle's end. Requests arrive
 as the workloads' do, from video streams (`arrivals="streams"`, the default): a
 session's rate is k streams of about `stream_fps` frames a second each, evenly spaced,
 each from a random phase, and the routers' own deficit round robin
-(engine/routing.py) deals each session's requests to its devices by their planned
+(cluster/routing.py) deals each session's requests to its devices by their planned
 rates. `arrivals="poisson"` gives each device an independent Poisson process at its
 planned rate instead, the harsher model: a whole device of a small batch then
 overflows often (a batch of 5 due every cycle overflows in 30% of the cycles at 90% of
@@ -35,9 +35,9 @@ from typing import Callable
 
 import numpy as np
 
-from engine.placement import Device, Placement, Workload, largest_batch, max_throughput_rps, place
+from cluster.placement import Device, Placement, Workload, largest_batch, max_throughput_rps, place
 from engine.profiles import Profile
-from engine.routing import DeficitRoundRobin
+from cluster.routing import DeficitRoundRobin
 
 # model kind -> (alpha, beta) in ms: l(b) = alpha * b + beta on one GPU, up to batch 64
 KINDS = {"resnet50": (1.1, 4.0), "inception": (1.4, 6.0), "vgg16": (2.5, 5.0), "ssd_mobilenet": (0.6, 3.0),

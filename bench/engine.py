@@ -49,7 +49,7 @@ import yaml
 from bench.hogs import MAX_HOGS, NICE, Hogs, default_hogs
 from bench.workload import EngineTarget, Stream, run_trial, search_goodput
 from engine.engine import Engine
-from engine.repository import ModelRepository
+from models.repository import ModelRepository
 
 BASELINES = ("tfs", "clipper", "nobatch")
 SCENARIOS = ("single", "shared_backbone", "overload", "swap", "selection", "contended")

@@ -23,11 +23,11 @@ import numpy as np
 
 from apps.app import App
 from apps.spec import AppSpec, load_spec
-from engine.adapters import load_model
-from engine.detections import Detections
+from models.registry import load_model
+from core.detections import Detections
 from engine.device import resolve_device
-from engine.repository import ModelRepository
-from streams.frames import FrameBlock
+from models.repository import ModelRepository
+from core.frames import FrameBlock
 from runtime.offline import RunOptions, run_offline
 from vigil.settings import MODELS_DIR
 

@@ -26,8 +26,8 @@ def _deployment(folder: str, max_batch: int, timeout_s: float, threads: int):
         def __init__(self) -> None:
             import torch
 
-            from engine.adapters import load_model
-            from engine.repository import ModelRepository
+            from models.registry import load_model
+            from models.repository import ModelRepository
 
             torch.set_num_threads(threads)
             root = Path(folder).parent.parent

@@ -24,9 +24,10 @@ from typing import Callable
 
 import numpy as np
 
-from engine.adapters import LoadedModel, load_model
+from models.loaded import LoadedModel
+from models.registry import load_model
 from engine.engine import Engine
-from engine.repository import ModelRepository
+from models.repository import ModelRepository
 from engine.requests import Request
 from vigil.settings import MODELS_DIR
 
@@ -60,7 +61,7 @@ def export_onnx(model: LoadedModel, frame: np.ndarray, path: Path) -> None:
     """The model's one fragment as the engine runs it (uint8 NCHW in, its outputs out), as ONNX."""
     import torch
 
-    from engine.torch_input import ImageInput
+    from models.torch_input import ImageInput
 
     if len(model.fragments) != 1:
         raise ValueError(f"{model.spec.name}: the plain run exports one fragment; it has {list(model.fragments)}")

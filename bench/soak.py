@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from support.processes import RtspServer, VigilServer, wait_for  # noqa: E402
 from support.watch import rss_mb  # noqa: E402
-from vigil.cli import print_json  # noqa: E402
+from vigil.report import print_json  # noqa: E402
 
 
 def run(minutes: float, log=print) -> dict:

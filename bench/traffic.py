@@ -10,7 +10,7 @@ from typing import Callable
 
 import numpy as np
 
-from engine.placement import Workload
+from cluster.placement import Workload
 
 TICK_S = 0.02
 WINDOW_S = 1.0

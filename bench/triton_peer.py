@@ -72,8 +72,8 @@ def infer_output(response: httpx.Response) -> np.ndarray:
 def check_outputs(url: str, folder: Path, frame: np.ndarray) -> None:
     """Triton's output for the frame is the engine's loader's own (the peer serves the
     same model, not just something as fast)."""
-    from engine.adapters import load_model
-    from engine.repository import ModelRepository
+    from models.registry import load_model
+    from models.repository import ModelRepository
 
     body, headers = infer_body(frame)
     got = infer_output(httpx.post(f"{url}/v2/models/{MODEL}/infer", content=body, headers=headers, timeout=60))

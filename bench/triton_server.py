@@ -38,8 +38,8 @@ def main(argv: list[str] | None = None) -> None:
     from pytriton.model_config import DynamicBatcher, ModelConfig, Tensor
     from pytriton.triton import Triton, TritonConfig
 
-    from engine.adapters import load_model
-    from engine.repository import ModelRepository
+    from models.registry import load_model
+    from models.repository import ModelRepository
 
     logging.basicConfig(level=logging.WARNING)
     if args.threads:

@@ -15,7 +15,7 @@ from typing import Callable
 
 from cluster.app_host import HostClient
 from cluster.ingest import RemoteStream
-from streams.clock import monotonic_ms
+from core.clock import monotonic_ms
 from streams.live import StreamOptions
 
 

@@ -33,12 +33,12 @@ import uuid
 
 from apps.app import App, FrameResult
 from apps.appearance import colours as box_colours
-from apps.events import Event
+from core.events import Event
 from apps.filters import DetectionFilter
 from apps.spec import AppSpec
-from engine.classes import Classes
-from engine.detections import Detections
-from streams.frames import FrameBlock
+from core.classes import Classes
+from core.detections import Detections
+from core.frames import FrameBlock
 
 log = logging.getLogger("vigil.cluster.apps")
 

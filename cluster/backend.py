@@ -21,7 +21,7 @@ import asyncio
 
 from cluster.beacon import NAMESPACE, SCHEDULER_NAME, BackendConfig, Beaconing
 from cluster.device import DeviceRunner
-from engine.placement import DevicePlan, Workload
+from cluster.placement import DevicePlan, Workload
 
 __all__ = ["NAMESPACE", "SCHEDULER_NAME", "Backend", "BackendConfig", "start_backend"]
 

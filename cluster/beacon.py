@@ -9,7 +9,7 @@ import logging
 from dataclasses import dataclass
 from typing import Callable, Coroutine
 
-from engine.placement import Workload
+from cluster.placement import Workload
 
 log = logging.getLogger("vigil.cluster")
 

@@ -24,7 +24,7 @@ from collections import Counter, deque
 from dataclasses import dataclass
 from typing import Awaitable, Callable
 
-from engine.placement import Workload, largest_batch
+from cluster.placement import Workload, largest_batch
 
 @dataclass
 class Job:

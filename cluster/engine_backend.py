@@ -35,7 +35,7 @@ from typing import Hashable
 import numpy as np
 
 from cluster.beacon import BackendConfig, Beaconing
-from engine.placement import DevicePlan, Workload
+from cluster.placement import DevicePlan, Workload
 from engine.requests import Dropped, Request, Result
 
 log = logging.getLogger("vigil.cluster")
@@ -90,7 +90,7 @@ class EngineBackend(Beaconing):
         if self.engine is None:
             from engine.device import resolve_device
             from engine.engine import Engine
-            from engine.repository import ModelRepository
+            from models.repository import ModelRepository
 
             repository = ModelRepository(Path(self.config.models_dir))
             device = resolve_device(self.config.device)  # "auto": the GPU Ray gave the actor, if any

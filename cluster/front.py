@@ -45,11 +45,11 @@ from pathlib import Path
 from cluster.engine_backend import Asked
 from cluster.local import loopback
 from engine.engine import Engine
-from engine.placement import Workload
+from cluster.placement import Workload
 from engine.profiles import Profile
-from engine.repository import ModelRepository
+from models.repository import ModelRepository
 from engine.requests import ADAPTIVE, Dropped, Request, Result
-from streams.clock import monotonic_ms
+from core.clock import monotonic_ms
 
 log = logging.getLogger("vigil.cluster")
 
@@ -269,7 +269,7 @@ def connect(address: str, repository: ModelRepository, cpus_per_backend: float =
     from cluster.backend import NAMESPACE, BackendConfig, start_backend
     from cluster.router import Router
     from cluster.scheduler import scheduler_handle
-    from engine.epochs import EpochPolicy
+    from cluster.epochs import EpochPolicy
 
     if not ray.is_initialized():
         ray.init(address=address, namespace=NAMESPACE, logging_level="ERROR", log_to_driver=False)

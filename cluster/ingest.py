@@ -31,8 +31,8 @@ import threading
 import uuid
 from typing import Callable, Iterator
 
-from streams.clock import monotonic_ms
-from streams.frames import Frame
+from core.clock import monotonic_ms
+from core.frames import Frame
 from streams.live import ManagedStream, StreamOptions, StreamStats
 from streams.recording import RecordingStore
 from streams.urls import is_live_url, redact_url

@@ -1,7 +1,7 @@
 """A router: where a front door (`vigil serve --cluster`, the cluster bench) sends each
 request, by the route tables the scheduler keeps.
 
-Each session has a deficit round robin (engine/routing.py) over the devices its plan
+Each session has a deficit round robin (cluster/routing.py) over the devices its plan
 gave it, weighted by their planned rates. The router fetches the tables again whenever
 the scheduler's version moves (it polls every `refresh_s`), and reports the arrival
 rate of each session every `report_s`, over the last `rate_window_s`: the observed
@@ -29,7 +29,7 @@ from collections import Counter, deque
 from concurrent.futures import Future
 from dataclasses import dataclass
 
-from engine.routing import DeficitRoundRobin, NoRoute
+from cluster.routing import DeficitRoundRobin, NoRoute
 
 log = logging.getLogger("vigil.cluster")
 

@@ -1,13 +1,13 @@
 """The global scheduler as a Ray actor: detached, named, restarted without limit.
 
-It wraps `GlobalScheduler` (engine/cluster.py), which holds the plan, and does the
+It wraps `GlobalScheduler` (cluster/planner.py), which holds the plan, and does the
 cluster's side of it every beacon:
 
 - health: every backend is pinged; one that is dead (Ray says so) or misses
   `MISSES_TO_LOSE` beacons in a row is removed, and its sessions are placed again on
   the others at once;
 - rates: the routers' reported arrival rates, summed per session, are the observed
-  rates an epoch plans with (engine/epochs.py decides when one is due);
+  rates an epoch plans with (cluster/epochs.py decides when one is due);
 - tables: when the plan changed, every backend gets its new table, and the route
   tables' version moves on, which is how routers learn to fetch them.
 
@@ -26,9 +26,9 @@ import time
 from dataclasses import asdict
 
 from cluster.beacon import NAMESPACE, SCHEDULER_NAME
-from engine.cluster import GlobalScheduler
-from engine.epochs import EpochPolicy
-from engine.placement import Device, Workload
+from cluster.planner import GlobalScheduler
+from cluster.epochs import EpochPolicy
+from cluster.placement import Device, Workload
 
 log = logging.getLogger("vigil.cluster")
 

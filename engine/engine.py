@@ -36,11 +36,11 @@ from engine.model_verbs import ModelVerbs
 from engine.observed import ObservedProfiles
 from engine.paths import Paths
 from engine.queues import Admitted, QueueEntry, SessionQueues
-from engine.repository import ModelRepository
+from models.repository import ModelRepository
 from engine.requests import Dropped, Request, Result
 from engine.scheduler import Plan, Policy, make_policy
 from engine.servables import ModelManager
-from streams.clock import monotonic_ms
+from core.clock import monotonic_ms
 
 log = logging.getLogger("vigil.engine")
 

@@ -13,17 +13,10 @@ its own, and so does the thread that measures profiles, which are planned per la
 
 from __future__ import annotations
 
-import os
+from core.host import usable_cores
 
 MAX_LANES = 64
 AUTO_MAX_LANES = 4  # past this, a lane of one core gains little and takes longer per batch
-
-
-def usable_cores() -> int:
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not Linux
-        return max(1, os.cpu_count() or 1)
 
 
 def resolve_lanes(device: str, lanes: int | None) -> int:

@@ -11,8 +11,8 @@ from typing import Any, Hashable
 
 import numpy as np
 
-from engine.classes import Classes
-from engine.detections import Detections
+from core.classes import Classes
+from core.detections import Detections
 
 ADAPTIVE = "adaptive"  # Request.version: let the engine choose by load
 

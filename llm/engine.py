@@ -27,13 +27,13 @@ from typing import Callable
 import torch
 
 from llm.cuda_graphs import StepGraphs
-from llm.kv_cache import KVCacheManager, blocks_for, new_kv_cache, prepare_inputs
+from llm.kv_cache import KVCacheManager, new_kv_cache, prepare_inputs
 from llm.metrics import LLMMetrics
 from llm.model import LlamaModel
 from llm.requests import LLMRequest, RequestHandle
 from llm.sampling import SamplingParams, sample
 from llm.scheduler import Sampled, Scheduler
-from llm.step_plan import SchedulerConfig
+from llm.step_plan import SchedulerConfig, blocks_for
 from llm.tokenizer import Tokenizer
 
 log = logging.getLogger("vigil.llm")
@@ -127,7 +127,7 @@ class LLMEngine:
             self.scheduler.add_request(req)
             self.metrics.prompt_tokens.inc(len(ids))
             self._cond.notify_all()
-        return RequestHandle(self, req)
+        return RequestHandle(self.abort, req)
 
     def abort(self, request_id: str) -> None:
         with self._cond:

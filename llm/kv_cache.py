@@ -32,11 +32,6 @@ def new_kv_cache(cfg: LlamaConfig, num_blocks: int, block_size: int, device: str
                        device=device)
 
 
-def blocks_for(num_tokens: int, block_size: int) -> int:
-    """Blocks that hold `num_tokens` positions."""
-    return -(-num_tokens // block_size)
-
-
 def slot_mapping(block_table: list[int], start: int, num_tokens: int, block_size: int) -> list[int]:
     """The cache slots of positions start .. start+num_tokens-1: each one's block's place
     in the pool, then its offset in the block."""

@@ -11,15 +11,13 @@ from __future__ import annotations
 import asyncio
 import queue
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, AsyncIterator, Callable, Iterable, Iterator
+from typing import AsyncIterator, Callable, Iterable, Iterator
 
 import torch
 
 from llm.sampling import SamplingParams
 from llm.step_plan import SeqState
 
-if TYPE_CHECKING:
-    from llm.engine import LLMEngine
 
 
 @dataclass
@@ -76,8 +74,8 @@ class LLMRequest:
 class RequestHandle:
     """What `add_request` returns: iterate for streamed outputs, or `result()`."""
 
-    def __init__(self, engine: LLMEngine, request: LLMRequest) -> None:
-        self.engine = engine
+    def __init__(self, abort: Callable[[str], None], request: LLMRequest) -> None:
+        self._abort = abort  # the engine's, which owns the request
         self.request = request
 
     @property
@@ -118,7 +116,7 @@ class RequestHandle:
         return _joined([out async for out in self.astream(timeout_s)])
 
     def cancel(self) -> None:
-        self.engine.abort(self.request_id)
+        self._abort(self.request_id)
 
 
 def _joined(outputs: Iterable[Output]) -> Output:

@@ -2,7 +2,7 @@
 
 An LLM model is a folder `configs/models/<name>/<version>/` in Hugging Face format
 (`config.json`, `*.safetensors`, `tokenizer.json`). Which version is served follows the
-model's version policy in `<name>/model_config.yaml` (engine/repository.py), as for
+model's version policy in `<name>/model_config.yaml` (models/repository.py), as for
 vision models: the newest of the versions it selects (one engine serves one version).
 The OpenAI protocol over it lives in the server (vigil/openai_protocol.py).
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from engine.repository import ModelRepository
+from models.repository import ModelRepository
 from llm.engine import EngineConfig, LLMEngine
 from llm.model import LlamaModel
 from llm.tokenizer import Tokenizer

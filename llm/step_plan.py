@@ -22,7 +22,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from llm.kv_cache import blocks_for
+
+
+
+def blocks_for(num_tokens: int, block_size: int) -> int:
+    """Blocks that hold `num_tokens` positions."""
+    return -(-num_tokens // block_size)
 
 
 @dataclass(frozen=True)

@@ -10,15 +10,15 @@ from concurrent.futures import Future
 from typing import Callable, Iterator, Protocol
 
 from apps.app import FrameResult
-from apps.events import Event
+from core.events import Event
 from apps.spec import AppSpec
-from engine.classes import Classes
-from engine.detections import Detections
+from core.classes import Classes
+from core.detections import Detections
 from engine.metrics import EngineMetrics
-from engine.repository import ModelRepository
+from models.repository import ModelRepository
 from engine.requests import Request
 from streams import FrameBlock
-from streams.frames import Frame
+from core.frames import Frame
 from streams.live import StreamStats
 
 

@@ -10,7 +10,7 @@ import math
 from dataclasses import replace
 from pathlib import Path
 
-from apps.events import Event
+from core.events import Event
 from streams.recording import ClipError, Segment, cut_clip
 
 

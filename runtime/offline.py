@@ -29,16 +29,16 @@ from typing import Callable, TextIO
 
 from apps.annotate import draw_app
 from apps.app import FrameResult
-from apps.events import Event
+from core.events import Event
 from apps.spec import AppSpec
-from engine.detections import Detections
+from core.detections import Detections
 from engine.device import resolve_device
 from engine.engine import Engine
 from engine.lanes import MAX_LANES
-from engine.repository import MODELS_DIR, ModelRepository
+from models.repository import MODELS_DIR, ModelRepository
 from sample_videos.range import from_the_range
 from streams import FrameBlock, SourceError, SourceOptions, cut_blocks, open_source
-from streams.clock import monotonic_ms
+from core.clock import monotonic_ms
 from runtime.pipeline import (AppRunner, BlockPipeline, InFlight, RunError, build_runners, crowd_warning, observe_block,
                             submit_block)
 from runtime.event_clips import FileClips

@@ -23,14 +23,14 @@ import numpy as np
 
 from apps.app import App, FrameResult
 from apps.detectors import HOST_DETECTORS, Detector, build_host_detector
-from apps.events import Event
+from core.events import Event
 from apps.skipping import StaticFrameFilter
 from apps.spec import AppSpec, unknown_classes
-from engine.classes import Classes
-from engine.detections import Detections
+from core.classes import Classes
+from core.detections import Detections
 from engine.engine import Engine
 from engine.metrics import SHED_REASONS
-from engine.repository import RepositoryError
+from models.repository import RepositoryError
 from engine.requests import Dropped, Request
 from sample_videos.range import from_the_range
 from streams import FrameBlock, FrameSampler

@@ -28,8 +28,8 @@ from typing import Callable
 import cv2
 import numpy as np
 
-from apps.events import Event
-from streams.frames import FrameBlock
+from core.events import Event
+from core.frames import FrameBlock
 
 log = logging.getLogger("vigil.snapshots")
 

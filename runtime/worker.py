@@ -26,7 +26,7 @@ import numpy as np
 
 from apps.annotate import overlay
 from apps.app import App, FrameResult
-from apps.events import Event
+from core.events import Event
 from apps.spec import AppSpec
 from streams import FrameBlock
 from streams.blocks import BlockCutter, FrameSampler

@@ -12,7 +12,7 @@ from typing import Iterable, Iterator
 
 import numpy as np
 
-from streams.frames import Frame, FrameBlock
+from core.frames import Frame, FrameBlock
 
 MAX_FPS = 1000.0  # a sampler's highest rate; no camera delivers more
 

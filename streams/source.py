@@ -30,8 +30,8 @@ import av
 import numpy as np
 from av.video.reformatter import VideoReformatter
 
-from streams.clock import Clock, monotonic_ms
-from streams.frames import Frame
+from core.clock import Clock, monotonic_ms
+from core.frames import Frame
 from streams.urls import ALL_SCHEMES, ffmpeg_options, file_path, redact_url, scheme_of
 
 

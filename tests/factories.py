@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from engine.detections import Detections
-from streams.frames import Frame, FrameBlock
+from core.detections import Detections
+from core.frames import Frame, FrameBlock
 
 
 def make_frame(frame_id: int = 0, pts_ms: float | None = None, stream_id: str = "cam",

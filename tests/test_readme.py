@@ -71,7 +71,7 @@ NOT_RUN = {
     "VIGIL_API_KEYS=key1,key2 vigil serve": "long-lived, on the fixed ports 8080/8081; tests/security start "
                                             "servers with keys",
     "make train-detector": "37 minutes, and it overwrites the bundled weights",
-    "python -m engine.models.train_scenedet --version 1 [--steps N] [--clips N]":
+    "python -m tools.train_scenedet --version 1 [--steps N] [--clips N]":
         "even --steps 2 --clips 1 renders six held-out clips to evaluate on: 4 minutes on two shared cores",
     "make bench-engine": "22 minutes, and it installs Ray Serve and the Triton venv",
     "vigil bench engine [--json FILE] [--quick] [--scenario NAME] [--no-ray] [--no-triton] [--contended] [--hogs N]":

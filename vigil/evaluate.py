@@ -14,11 +14,11 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.adapters import load_model
+from models.registry import load_model
 from engine.engine import Engine
-from engine.models.detection_eval import DetectionEvaluator
-from engine.models.scenedet_data import CLASSES, EVAL_SEED0, render_dataset
-from engine.repository import ModelRepository
+from models.detection_eval import DetectionEvaluator
+from models.scenedet_data import CLASSES, EVAL_SEED0, render_dataset
+from models.repository import ModelRepository
 from engine.requests import Request
 
 

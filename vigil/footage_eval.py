@@ -25,9 +25,9 @@ from typing import Callable
 import numpy as np
 
 from apps.spec import load_spec
-from engine.adapters import load_model
-from engine.models.detection_eval import DetectionEvaluator
-from engine.repository import ModelRepository
+from models.registry import load_model
+from models.detection_eval import DetectionEvaluator
+from models.repository import ModelRepository
 from sample_videos.footage import ROOT, Footage, load_footage, read_frames
 from runtime.offline import RunOptions, run_offline
 

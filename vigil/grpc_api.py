@@ -21,7 +21,7 @@ import grpc
 import numpy as np
 
 from apps.spec import MAX_SLO_MS
-from engine.detections import Detections
+from core.detections import Detections
 from engine.requests import Dropped, Request
 from runtime.jpeg import rgb_jpeg
 from vigil.proto import vigil_pb2 as pb

@@ -47,10 +47,10 @@ TOP_CLASSES = 5  # a classifier's best classes shown
 
 
 def check_model(path: Path, device: str = "cpu", frame: np.ndarray | None = None) -> dict:
-    from engine.adapters import load_model
-    from engine.classes import Classes
-    from engine.detections import Detections
-    from engine.repository import ModelRepository, RepositoryError
+    from models.registry import load_model
+    from core.classes import Classes
+    from core.detections import Detections
+    from models.repository import ModelRepository, RepositoryError
 
     root, name, version = version_folder(path)
     try:

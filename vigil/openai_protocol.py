@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated, AsyncIterator, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from llm.sampling import SamplingParams
-from streams.numbers import json_int
+from core.numbers import json_int
 
 if TYPE_CHECKING:
     from llm.engine import LLMEngine

@@ -1,6 +1,9 @@
-"""Terminal tables for run summaries."""
+"""What a command prints: terminal tables for run summaries, and results as JSON."""
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
 
 
 def _ms(value: float | None) -> str:
@@ -26,3 +29,11 @@ def format_table(summary: dict) -> str:
         for warning in app.get("warnings", []):
             out.append(f"WARNING {name}: {warning}")
     return "\n".join(out)
+
+
+def print_json(result: dict, path: Path | None = None) -> None:
+    """A command's result as JSON on stdout, and in `path` when given."""
+    text = json.dumps(result, indent=2)
+    if path:
+        path.write_text(text + "\n")
+    print(text)

@@ -25,9 +25,9 @@ from cluster.actors import StreamActors
 from cluster.front import ClusterEngine, connect
 from engine.device import resolve_device
 from engine.engine import Engine
-from engine.repository import ModelRepository
+from models.repository import ModelRepository
 from llm.metrics import LLMMetrics
-from streams.clock import monotonic_ms
+from core.clock import monotonic_ms
 from streams.recording import RecordingStore
 from runtime.load import LoadGovernor
 from vigil.rollups import Rollups

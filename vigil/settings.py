@@ -11,10 +11,10 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from apps.documents import DocumentError, load_yaml
-from apps.events import EVENT_TYPES
+from core.events import EVENT_TYPES
 from apps.spec import format_errors
 from engine.lanes import AUTO_MAX_LANES, MAX_LANES
-from engine.repository import MODELS_DIR
+from models.repository import MODELS_DIR
 from engine.share import MAX_SHARE
 from streams.urls import ALL_SCHEMES, DEFAULT_SCHEMES, SourcePolicy
 

@@ -30,7 +30,7 @@ import sample_videos
 from apps.app import App
 from apps.spec import AppSpec
 from apps.stationary import iou
-from engine.detections import Detections
+from core.detections import Detections
 from sample_videos.range import truth_path
 from sample_videos.render import RenderConfig, write_clip
 from streams import FrameSampler, SourceError, SourceOptions, cut_blocks, open_source

@@ -13,8 +13,8 @@ from typing import Any, Callable, Protocol
 from pydantic import BaseModel, ValidationError
 
 from apps.detectors.motion import MotionDetector, MotionOptions
-from engine.detections import Detections
-from streams.frames import FrameBlock
+from core.detections import Detections
+from core.frames import FrameBlock
 
 
 class Detector(Protocol):

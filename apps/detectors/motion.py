@@ -15,9 +15,9 @@ import cv2
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator
 
-from engine.detections import Detections
-from streams.numbers import json_int
-from streams.frames import FrameBlock
+from core.detections import Detections
+from core.numbers import json_int
+from core.frames import FrameBlock
 
 
 # a mask's coordinate: the validator below names a point outside the frame in words, and

@@ -76,7 +76,7 @@ def test_finish_ends_open_tracks():
 
 
 def test_a_classifiers_best_class_is_kept_per_frame_and_its_changes_are_events():
-    from engine.classes import Classes
+    from core.classes import Classes
 
     app = App(parse_spec({"name": "scene", "detector": "cls", "top_k": 2, "min_confidence": 0.5}),
               "cam", (200, 100), 10.0, LABELS)
@@ -96,7 +96,7 @@ def test_a_classifiers_best_class_is_kept_per_frame_and_its_changes_are_events()
 
 
 def test_a_classifier_app_chooses_among_its_classes():
-    from engine.classes import Classes
+    from core.classes import Classes
 
     app = App(parse_spec({"name": "scene", "detector": "cls", "classes": ["car", "bike"], "min_confidence": 0}),
               "cam", (200, 100), 10.0, LABELS)

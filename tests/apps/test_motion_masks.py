@@ -8,7 +8,7 @@ import pytest
 
 from apps.detectors import build_host_detector
 from apps.spec import AppSpec
-from streams.frames import FrameBlock
+from core.frames import FrameBlock
 
 H, W = 120, 160
 

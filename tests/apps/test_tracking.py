@@ -6,7 +6,7 @@ import pytest
 
 from apps.spec import TrackerOptions
 from apps.tracking import Tracker
-from engine.detections import Detections
+from core.detections import Detections
 from factories import box_at, make_detections
 
 KINDS = ["bytetrack", "ocsort"]

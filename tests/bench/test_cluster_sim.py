@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from bench.cluster_sim import SimOptions, _run_device, arrival_times, profile_of, run_sim, simulate, trace
-from engine.placement import Device, Placement, Workload, max_throughput_rps, place
+from cluster.placement import Device, Placement, Workload, max_throughput_rps, place
 from engine.profiles import Profile
 
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from bench.runtime import RuntimeBenchOptions, bench_frames, export_onnx, format_runtime_report, plain_loop
-from engine.adapters import load_model
-from engine.repository import read_spec
+from models.registry import load_model
+from models.repository import read_spec
 from support.footage import need_coco, need_vtest
 
 pytestmark = pytest.mark.slow

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 
 from cluster.device import DeviceRunner
-from engine.placement import Workload
+from cluster.placement import Workload
 from engine.profiles import Profile
 
 

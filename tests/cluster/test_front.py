@@ -10,9 +10,9 @@ import pytest
 
 from cluster.engine_backend import Asked
 from cluster.front import ClusterEngine
-from engine.detections import Detections
+from core.detections import Detections
 from engine.engine import Engine
-from engine.repository import ModelRepository
+from models.repository import ModelRepository
 from engine.requests import Dropped, Request, Result
 from vigil.settings import MODELS_DIR
 

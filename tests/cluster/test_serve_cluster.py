@@ -18,7 +18,7 @@ from playwright.sync_api import sync_playwright
 from apps.spec import load_spec
 from cluster.front import connect
 from cluster.local import RayHead
-from engine.repository import ModelRepository
+from models.repository import ModelRepository
 from support.browser import ARGS, CHROMIUM
 from support.processes import VigilServer, free_port, wait_for
 from vigil.api import build_app

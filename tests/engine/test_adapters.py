@@ -7,7 +7,7 @@ from repo import TINY_INPUT, write_model
 from tiny_models import Chain
 
 from engine.engine import Engine
-from engine.repository import ModelRepository
+from models.repository import ModelRepository
 from engine.requests import Request
 
 FRAME = np.random.default_rng(0).integers(0, 255, (32, 32, 3), dtype=np.uint8)
@@ -107,7 +107,7 @@ def test_corrupt_onnx_file_is_named(tmp_path):
     folder.mkdir(parents=True)
     (folder / "model.onnx").write_bytes(b"garbage")
     write_model(tmp_path, "o", 1, {"adapter": "onnx", "factory": None, "weights": "model.onnx", "split": []})
-    from engine.repository import RepositoryError
+    from models.repository import RepositoryError
     with pytest.raises(RepositoryError, match="model.onnx is not a valid ONNX model"):
         run_once(tmp_path, "o")
 
@@ -126,13 +126,13 @@ def test_opencv_detectors(tmp_path, adapter, config):
 def test_opencv_bad_cascade_is_named(tmp_path):
     write_model(tmp_path, "cv", 1, {"adapter": "opencv_haar", "factory": None, "weights": None, "split": [],
                                     "config": {"cascade": "nope.xml"}, "output": "detections"})
-    from engine.repository import RepositoryError
+    from models.repository import RepositoryError
     with pytest.raises(RepositoryError, match="config: cascade: 'nope.xml' is not one of OpenCV's cascades"):
         run_once(tmp_path, "cv")
 
 
 def test_a_classifier_whose_output_does_not_fit_its_labels_fails_its_load(tmp_path):
-    from engine.repository import RepositoryError
+    from models.repository import RepositoryError
 
     write_model(tmp_path, "rn", 1, {"adapter": "torchvision", "arch": "resnet18", "factory": None,
                                     "weights": "random", "config": {"num_classes": 5}, "split": [],

@@ -14,7 +14,7 @@ from factories import make_profile
 from repo import tiny_state, write_model
 
 from engine.engine import Engine
-from engine.repository import ModelRepository, RepositoryError
+from models.repository import ModelRepository, RepositoryError
 from engine.requests import Dropped, Request
 
 FRAME = np.zeros((32, 32, 3), np.uint8)

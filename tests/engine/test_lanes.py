@@ -10,10 +10,11 @@ from repo import tiny_state, write_model
 from engine.arbiter import DeviceArbiter
 from engine.deadlines import hopeless
 from engine.engine import Engine
-from engine.lanes import AUTO_MAX_LANES, lane_threads, resolve_lanes, usable_cores
+from core.host import usable_cores
+from engine.lanes import AUTO_MAX_LANES, lane_threads, resolve_lanes
 from engine.metrics import EngineMetrics
 from engine.profiles import Profile
-from engine.repository import ModelRepository
+from models.repository import ModelRepository
 from engine.requests import Request
 
 FRAME = np.zeros((32, 32, 3), np.uint8)

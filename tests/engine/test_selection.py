@@ -6,7 +6,7 @@ from factories import make_profile
 from repo import tiny_state, write_model
 
 from engine.engine import Engine
-from engine.repository import ModelRepository
+from models.repository import ModelRepository
 from engine.requests import ADAPTIVE, Request
 from engine.selection import RateMeter, VersionCost, capacity, choose_version
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from llm.kv_cache import BlockPool, blocks_for, prepare_inputs, slot_mapping
+from llm.kv_cache import BlockPool, prepare_inputs, slot_mapping
+from llm.step_plan import blocks_for
 from llm.requests import LLMRequest
 from llm.sampling import SamplingParams
 

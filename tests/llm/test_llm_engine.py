@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from engine.engine import Engine, Request
-from engine.repository import ModelRepository
+from models.repository import ModelRepository
 from vigil.settings import MODELS_DIR
 from llm.engine import EngineConfig, LLMEngine
 from llm.model import LlamaModel

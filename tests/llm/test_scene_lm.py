@@ -44,7 +44,7 @@ def test_transformers_loads_the_files_and_decodes_the_same_tokens(engine, device
         engine = load_llm(MODELS, "scene-lm", device, EngineConfig(num_blocks=256, block_size=16, max_step_tokens=96))
     hf = LlamaForCausalLM.from_pretrained(FOLDER).to(device).eval()
     rng = random.Random(5)
-    from llm.train_scene_lm import random_aggregate, random_facts
+    from llm.scene_corpus import random_aggregate, random_facts
 
     prompts = [caption_prompt(random_facts(rng)) for _ in range(3)]
     for _ in range(3):
@@ -66,7 +66,7 @@ def test_transformers_loads_the_files_and_decodes_the_same_tokens(engine, device
 
 
 def held_out_facts(seeds: list[int]) -> list[SceneFacts]:
-    from llm.train_scene_lm import clip_facts
+    from llm.scene_corpus import clip_facts
 
     rng = random.Random(1)
     return [f for s in seeds for f in clip_facts(s, rng)]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.repository import ModelRepository
+from models.repository import ModelRepository
 from llm.serving import llm_version
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from apps.spec import parse_spec
 from engine.engine import Engine
-from engine.repository import ModelRepository
+from models.repository import ModelRepository
 from streams.live import ManagedStream, StreamOptions
 from support.processes import ROOT, wait_for
 from runtime.cpu_priority import BACKGROUND_NICE, BATCH_POLICY, ThreadLevel, nice_of, policy_of

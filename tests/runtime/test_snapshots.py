@@ -10,8 +10,8 @@ import time
 import cv2
 import numpy as np
 
-from apps.events import Event
-from streams.frames import FrameBlock
+from core.events import Event
+from core.frames import FrameBlock
 from runtime.snapshots import LOW_WATER, PRUNE_EVERY_S, SnapshotWriter, crop_bounds, with_links
 
 BOX = [200.0, 100.0, 260.0, 220.0]

@@ -17,7 +17,7 @@ import streams.live
 from apps.app import App
 from apps.spec import parse_spec
 from engine.engine import Engine
-from engine.repository import ModelRepository
+from models.repository import ModelRepository
 from streams.blocks import FrameSampler
 from streams.live import ManagedStream, StreamOptions
 from support.processes import ROOT, wait_for

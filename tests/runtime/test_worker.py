@@ -8,7 +8,7 @@ import pytest
 from apps.app import App
 from apps.spec import parse_spec
 from engine.engine import Engine
-from engine.repository import ModelRepository
+from models.repository import ModelRepository
 from streams.live import ManagedStream, StreamOptions
 from support.processes import ROOT, wait_for
 from runtime.worker import StreamWorker

@@ -3,7 +3,7 @@ import pytest
 
 from factories import make_block, make_frame
 from streams.blocks import BlockCutter, FrameSampler, cut_blocks
-from streams.frames import FrameBlock
+from core.frames import FrameBlock
 
 
 def test_cut_by_frame_count_keeps_order_and_remainder():

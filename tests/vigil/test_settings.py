@@ -50,7 +50,7 @@ def test_a_cluster_flag_sets_the_address_and_keeps_the_files_other_cluster_setti
 def test_the_cli_uses_the_servers_key_when_it_has_no_key_of_its_own(monkeypatch):
     import argparse
 
-    from vigil.cli import _api_key
+    from cli.main import _api_key
 
     monkeypatch.delenv("VIGIL_API_KEY", raising=False)
     monkeypatch.setenv("VIGIL_API_KEYS", " k1 , k2")

@@ -10,7 +10,7 @@ from typing import Literal
 from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import FileResponse, Response, StreamingResponse
 
-from apps.events import EVENT_TYPES
+from core.events import EVENT_TYPES
 from vigil.routes.deps import ServiceDep
 from vigil.storage import MAX_EVENT_ID
 

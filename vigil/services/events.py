@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from apps.events import EVENT_TYPES
+from core.events import EVENT_TYPES
 from vigil.services.apps import AppService
 from vigil.services.errors import Invalid, NotFound
 from vigil.services.streams import StreamService

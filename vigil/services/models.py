@@ -10,7 +10,7 @@ from typing import Any, Callable
 
 from apps.spec import unknown_classes
 from engine.engine import Engine
-from engine.repository import ModelRepository, RepositoryError
+from models.repository import ModelRepository, RepositoryError
 from vigil.services.errors import Conflict, Invalid, NotFound
 from vigil.settings import Limits
 from vigil.storage import Storage
@@ -104,8 +104,8 @@ class ModelService:
     def add_version(self, name: str, archive: Path) -> dict:
         """An uploaded archive of a version folder becomes `name`'s next version, once it
         loads (vigil/model_upload.py); the server's own model files are never touched."""
-        from engine.adapters import load_model
-        from engine.repository import NAME, read_spec
+        from models.registry import load_model
+        from models.repository import NAME, read_spec
         from vigil.model_upload import UploadError, add_version
 
         if not NAME.match(name):

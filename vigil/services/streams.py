@@ -16,7 +16,7 @@ from typing import Any, Callable
 from pydantic import ValidationError
 
 from apps.app import App
-from apps.events import Event
+from core.events import Event
 from apps.spec import NAME_RULE, format_errors, valid_name
 from cluster.actors import StreamActors
 from cluster.app_host import HostClient
