@@ -27,13 +27,13 @@ import numpy as np
 from apps.appearance import colours as box_colours
 from apps.border import Borders, Size, learned_size, leaving_view, touching, whole_box
 from apps.counting import LineCounter, ZoneChange, ZoneMonitor
-from core.events import Event
 from apps.filters import DetectionFilter
 from apps.spec import AppSpec
 from apps.stationary import StationaryKeeper, parked_for_s
 from apps.tracking import Tracker
 from core.classes import Classes
 from core.detections import Detections
+from core.events import Event
 from core.frames import FrameBlock
 
 

@@ -15,13 +15,13 @@ import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import (BaseModel, ConfigDict, Field, StrictFloat, StringConstraints, ValidationError,
-                      WithJsonSchema, field_validator, model_validator)
+from pydantic import (BaseModel, ConfigDict, Field, StrictFloat, StringConstraints, ValidationError, WithJsonSchema,
+                      field_validator, model_validator)
 
 from apps.detectors import HOST_DETECTORS, build_host_detector
 from apps.documents import load_yaml
-from streams.blocks import MAX_FPS
 from core.numbers import json_int
+from streams.blocks import MAX_FPS
 
 BUILTIN_DIR = Path(__file__).parent / "builtin"
 NAME_PATTERN = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")  # matched whole (fullmatch): no trailing newline

@@ -36,8 +36,8 @@ from typing import Callable
 import numpy as np
 
 from cluster.placement import Device, Placement, Workload, largest_batch, max_throughput_rps, place
-from engine.profiles import Profile
 from cluster.routing import DeficitRoundRobin
+from engine.profiles import Profile
 
 # model kind -> (alpha, beta) in ms: l(b) = alpha * b + beta on one GPU, up to batch 64
 KINDS = {"resnet50": (1.1, 4.0), "inception": (1.4, 6.0), "vgg16": (2.5, 5.0), "ssd_mobilenet": (0.6, 3.0),

@@ -23,11 +23,11 @@ import numpy as np
 
 from apps.app import App
 from apps.spec import AppSpec, load_spec
-from models.registry import load_model
 from core.detections import Detections
-from engine.device import resolve_device
-from models.repository import ModelRepository
 from core.frames import FrameBlock
+from engine.device import resolve_device
+from models.registry import load_model
+from models.repository import ModelRepository
 from runtime.offline import RunOptions, run_offline
 from vigil.settings import MODELS_DIR
 

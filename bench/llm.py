@@ -34,14 +34,14 @@ from typing import Callable, Generator
 import numpy as np
 import torch
 
-from models.repository import ModelRepository
 from llm.engine import EngineConfig, LLMEngine
 from llm.facts import caption_prompt
 from llm.requests import RequestHandle
 from llm.sampling import SamplingParams
+from llm.scene_corpus import random_facts
 from llm.serving import DEFAULT_LLM, llm_version, load_llm
 from llm.tokenizer import Tokenizer
-from llm.scene_corpus import random_facts
+from models.repository import ModelRepository
 
 ROOT = Path(__file__).resolve().parents[1]
 

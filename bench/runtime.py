@@ -24,11 +24,11 @@ from typing import Callable
 
 import numpy as np
 
+from engine.engine import Engine
+from engine.requests import Request
 from models.loaded import LoadedModel
 from models.registry import load_model
-from engine.engine import Engine
 from models.repository import ModelRepository
-from engine.requests import Request
 from vigil.settings import MODELS_DIR
 
 

@@ -218,8 +218,8 @@ def engine_bound(options: ServeBenchOptions, log: Callable[[str], None]) -> tupl
     alone: best frames/s in the largest batches it forms (the profile's efficient size),
     and the share of the machine's CPU stolen meanwhile (bench/machine.py)."""
     from engine.engine import Engine
-    from models.repository import ModelRepository
     from engine.requests import Request
+    from models.repository import ModelRepository
     from streams import open_source
 
     frames = []

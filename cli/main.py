@@ -10,8 +10,8 @@ from typing import Callable
 
 from apps.spec import LIVE_FIELDS, SpecError, builtin_names, load_spec
 from engine.lanes import AUTO_MAX_LANES, MAX_LANES
-from streams.urls import scheme_of
 from runtime.offline import RANGE_APPS, REAL_APPS, RunError, default_apps
+from streams.urls import scheme_of
 from vigil.report import print_json
 from vigil.settings import MODELS_DIR
 

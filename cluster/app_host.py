@@ -33,11 +33,11 @@ import uuid
 
 from apps.app import App, FrameResult
 from apps.appearance import colours as box_colours
-from core.events import Event
 from apps.filters import DetectionFilter
 from apps.spec import AppSpec
 from core.classes import Classes
 from core.detections import Detections
+from core.events import Event
 from core.frames import FrameBlock
 
 log = logging.getLogger("vigil.cluster.apps")

@@ -26,6 +26,7 @@ from typing import Awaitable, Callable
 
 from cluster.placement import Workload, largest_batch
 
+
 @dataclass
 class Job:
     request_id: int

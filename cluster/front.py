@@ -44,12 +44,12 @@ from pathlib import Path
 
 from cluster.engine_backend import Asked
 from cluster.local import loopback
-from engine.engine import Engine
 from cluster.placement import Workload
-from engine.profiles import Profile
-from models.repository import ModelRepository
-from engine.requests import ADAPTIVE, Dropped, Request, Result
 from core.clock import monotonic_ms
+from engine.engine import Engine
+from engine.profiles import Profile
+from engine.requests import ADAPTIVE, Dropped, Request, Result
+from models.repository import ModelRepository
 
 log = logging.getLogger("vigil.cluster")
 
@@ -267,9 +267,9 @@ def connect(address: str, repository: ModelRepository, cpus_per_backend: float =
     import ray
 
     from cluster.backend import NAMESPACE, BackendConfig, start_backend
+    from cluster.epochs import EpochPolicy
     from cluster.router import Router
     from cluster.scheduler import scheduler_handle
-    from cluster.epochs import EpochPolicy
 
     if not ray.is_initialized():
         ray.init(address=address, namespace=NAMESPACE, logging_level="ERROR", log_to_driver=False)

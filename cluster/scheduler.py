@@ -26,9 +26,9 @@ import time
 from dataclasses import asdict
 
 from cluster.beacon import NAMESPACE, SCHEDULER_NAME
-from cluster.planner import GlobalScheduler
 from cluster.epochs import EpochPolicy
 from cluster.placement import Device, Workload
+from cluster.planner import GlobalScheduler
 
 log = logging.getLogger("vigil.cluster")
 

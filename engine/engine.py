@@ -28,6 +28,7 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable
 
+from core.clock import monotonic_ms
 from engine.admission import Admission
 from engine.arbiter import DeviceArbiter
 from engine.lanes import lane_threads, resolve_lanes, use_threads
@@ -36,11 +37,10 @@ from engine.model_verbs import ModelVerbs
 from engine.observed import ObservedProfiles
 from engine.paths import Paths
 from engine.queues import Admitted, QueueEntry, SessionQueues
-from models.repository import ModelRepository
 from engine.requests import Dropped, Request, Result
 from engine.scheduler import Plan, Policy, make_policy
 from engine.servables import ModelManager
-from core.clock import monotonic_ms
+from models.repository import ModelRepository
 
 log = logging.getLogger("vigil.engine")
 

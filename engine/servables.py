@@ -17,11 +17,11 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from models.loaded import Fragment, LoadedModel
-from models.registry import load_model
 from engine.lanes import use_threads
 from engine.machine_load import OthersLoad
 from engine.profiles import Profile, ProfileStore, device_key, measure
+from models.loaded import Fragment, LoadedModel
+from models.registry import load_model
 from models.repository import ModelRepository, RepositoryError
 
 log = logging.getLogger("vigil.engine")

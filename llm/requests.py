@@ -19,7 +19,6 @@ from llm.sampling import SamplingParams
 from llm.step_plan import SeqState
 
 
-
 @dataclass
 class Output:
     """One streamed piece: new text and token ids; `finish_reason` on the last."""

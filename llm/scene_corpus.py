@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import random
 
-from llm.facts import (CLASSES, PLURAL, Aggregate, SceneFacts, answer_prompt, answer_text, caption_prompt,
-                       caption_text, clock)
+from llm.facts import (CLASSES, PLURAL, Aggregate, SceneFacts, answer_prompt, answer_text, caption_prompt, caption_text,
+                       clock)
 
 LINES = ("midblock", "crosswalk", "westgate", "eastgate")
 ZONES = ("crosswalk", "north_sidewalk", "south_sidewalk", "road")

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from models.repository import ModelRepository
 from llm.engine import EngineConfig, LLMEngine
 from llm.model import LlamaModel
 from llm.tokenizer import Tokenizer
+from models.repository import ModelRepository
 
 DEFAULT_LLM = "scene-lm"
 # what makes a version folder an LLM's (it has no model.yaml: the checkpoint describes itself)

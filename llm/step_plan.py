@@ -23,8 +23,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 
-
-
 def blocks_for(num_tokens: int, block_size: int) -> int:
     """Blocks that hold `num_tokens` positions."""
     return -(-num_tokens // block_size)

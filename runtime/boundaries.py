@@ -10,15 +10,15 @@ from concurrent.futures import Future
 from typing import Callable, Iterator, Protocol
 
 from apps.app import FrameResult
-from core.events import Event
 from apps.spec import AppSpec
 from core.classes import Classes
 from core.detections import Detections
-from engine.metrics import EngineMetrics
-from models.repository import ModelRepository
-from engine.requests import Request
-from streams import FrameBlock
+from core.events import Event
 from core.frames import Frame
+from engine.metrics import EngineMetrics
+from engine.requests import Request
+from models.repository import ModelRepository
+from streams import FrameBlock
 from streams.live import StreamStats
 
 

@@ -29,21 +29,21 @@ from typing import Callable, TextIO
 
 from apps.annotate import draw_app
 from apps.app import FrameResult
-from core.events import Event
 from apps.spec import AppSpec
+from core.clock import monotonic_ms
 from core.detections import Detections
+from core.events import Event
 from engine.device import resolve_device
 from engine.engine import Engine
 from engine.lanes import MAX_LANES
 from models.repository import MODELS_DIR, ModelRepository
-from sample_videos.range import from_the_range
-from streams import FrameBlock, SourceError, SourceOptions, cut_blocks, open_source
-from core.clock import monotonic_ms
-from runtime.pipeline import (AppRunner, BlockPipeline, InFlight, RunError, build_runners, crowd_warning, observe_block,
-                            submit_block)
 from runtime.event_clips import FileClips
+from runtime.pipeline import (AppRunner, BlockPipeline, InFlight, RunError, build_runners, crowd_warning, observe_block,
+                              submit_block)
 from runtime.snapshots import SnapshotWriter
 from runtime.video import VideoWriter
+from sample_videos.range import from_the_range
+from streams import FrameBlock, SourceError, SourceOptions, cut_blocks, open_source
 
 log = logging.getLogger("vigil.run")
 REAL_APPS = ("people-counter", "vehicle-counter", "motion")  # on the pretrained COCO detector

@@ -23,15 +23,15 @@ import numpy as np
 
 from apps.app import App, FrameResult
 from apps.detectors import HOST_DETECTORS, Detector, build_host_detector
-from core.events import Event
 from apps.skipping import StaticFrameFilter
 from apps.spec import AppSpec, unknown_classes
 from core.classes import Classes
 from core.detections import Detections
+from core.events import Event
 from engine.engine import Engine
 from engine.metrics import SHED_REASONS
-from models.repository import RepositoryError
 from engine.requests import Dropped, Request
+from models.repository import RepositoryError
 from sample_videos.range import from_the_range
 from streams import FrameBlock, FrameSampler
 

@@ -26,16 +26,16 @@ import numpy as np
 
 from apps.annotate import overlay
 from apps.app import App, FrameResult
-from core.events import Event
 from apps.spec import AppSpec
-from streams import FrameBlock
-from streams.blocks import BlockCutter, FrameSampler
+from core.events import Event
 from runtime.boundaries import EngineVerbs, EventSink, SinkFull, Stream
 from runtime.cpu_priority import ThreadLevel
 from runtime.live_frames import LiveFrames
 from runtime.load import LoadGovernor
 from runtime.pipeline import (AppRunner, BlockPipeline, InFlight, MakeApp, RunError, build_runners, crowd_warning,
-                            observe_block, submit_block)
+                              observe_block, submit_block)
+from streams import FrameBlock
+from streams.blocks import BlockCutter, FrameSampler
 
 WARNING_KINDS = ("domain", "crowd", "quiet")  # an app's warnings, in the order they are shown
 log = logging.getLogger("vigil.worker")

@@ -32,10 +32,10 @@ import av
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from streams.blocks import FrameSampler
 from core.clock import monotonic_ms
 from core.frames import Frame
 from core.numbers import json_int
+from streams.blocks import FrameSampler
 from streams.recording import StreamRecorder
 from streams.source import NonRefSkip, RgbConverter, SourceError, is_transient, open_video, video_stream
 from streams.urls import ffmpeg_options, is_live_url, redact_url, scheme_of, scrub

@@ -12,11 +12,11 @@ import sys
 from contextlib import contextmanager
 
 import pytest
+from test_run import count_errors
 
 from apps.spec import load_spec
-from support.clips import BUNDLED, load_truth
-from test_run import count_errors
 from runtime.offline import RunOptions, run_offline
+from support.clips import BUNDLED, load_truth
 
 CLIP = next(c for c in BUNDLED if c.stem == "street_b")  # the clip that once lost 210 of 450 frames
 

@@ -1,19 +1,19 @@
 """`vigil run` end to end: real decoding, the trained detector, outputs, and bad inputs."""
 
 import json
-from collections import defaultdict
 import subprocess
 import sys
+from collections import defaultdict
 
 import av
 import numpy as np
 import pytest
 
-from support.processes import run_command
 from apps.spec import load_spec
-from support.clips import BUNDLED, load_truth
-from sample_videos.render import RenderConfig, write_clip
 from runtime.offline import RunError, RunOptions, run_offline
+from sample_videos.render import RenderConfig, write_clip
+from support.clips import BUNDLED, load_truth
+from support.processes import run_command
 from vigil.tracking_eval import TRACKED_APPS, stays_followed, stays_within
 
 # app -> (line, the ground-truth classes it counts)

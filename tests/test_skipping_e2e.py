@@ -3,8 +3,8 @@
 import pytest
 
 from apps.spec import SkipOptions, load_spec
-from sample_videos.render import RenderConfig, write_clip
 from runtime.offline import RunOptions, run_offline
+from sample_videos.render import RenderConfig, write_clip
 
 
 @pytest.mark.slow

@@ -14,12 +14,12 @@ from pathlib import Path
 
 import numpy as np
 
-from models.registry import load_model
 from engine.engine import Engine
-from models.detection_eval import DetectionEvaluator
-from models.scenedet_data import CLASSES, EVAL_SEED0, render_dataset
-from models.repository import ModelRepository
 from engine.requests import Request
+from models.detection_eval import DetectionEvaluator
+from models.registry import load_model
+from models.repository import ModelRepository
+from models.scenedet_data import CLASSES, EVAL_SEED0, render_dataset
 
 
 def eval_detector(repository: Path, device: str, versions: list[int] | None = None, clips: int = 6,

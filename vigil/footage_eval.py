@@ -25,11 +25,11 @@ from typing import Callable
 import numpy as np
 
 from apps.spec import load_spec
-from models.registry import load_model
 from models.detection_eval import DetectionEvaluator
+from models.registry import load_model
 from models.repository import ModelRepository
-from sample_videos.footage import ROOT, Footage, load_footage, read_frames
 from runtime.offline import RunOptions, run_offline
+from sample_videos.footage import ROOT, Footage, load_footage, read_frames
 
 AP_FLOOR = 0.05
 VEHICLES = ("car", "truck", "bus")  # what the labels' vehicles (cars and vans) may be called

@@ -24,8 +24,7 @@ from apps.spec import MAX_SLO_MS
 from core.detections import Detections
 from engine.requests import Dropped, Request
 from runtime.jpeg import rgb_jpeg
-from vigil.proto import vigil_pb2 as pb
-from vigil.proto import vigil_pb2_grpc as pb_grpc
+from vigil.proto import vigil_pb2 as pb, vigil_pb2_grpc as pb_grpc
 
 if TYPE_CHECKING:
     from vigil.service import Vigil

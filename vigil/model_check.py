@@ -47,9 +47,9 @@ TOP_CLASSES = 5  # a classifier's best classes shown
 
 
 def check_model(path: Path, device: str = "cpu", frame: np.ndarray | None = None) -> dict:
-    from models.registry import load_model
     from core.classes import Classes
     from core.detections import Detections
+    from models.registry import load_model
     from models.repository import ModelRepository, RepositoryError
 
     root, name, version = version_folder(path)

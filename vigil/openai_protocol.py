@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Annotated, AsyncIterator, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from llm.sampling import SamplingParams
 from core.numbers import json_int
+from llm.sampling import SamplingParams
 
 if TYPE_CHECKING:
     from llm.engine import LLMEngine

@@ -23,26 +23,26 @@ from typing import Callable
 
 from cluster.actors import StreamActors
 from cluster.front import ClusterEngine, connect
+from core.clock import monotonic_ms
 from engine.device import resolve_device
 from engine.engine import Engine
-from models.repository import ModelRepository
 from llm.metrics import LLMMetrics
-from core.clock import monotonic_ms
-from streams.recording import RecordingStore
+from models.repository import ModelRepository
 from runtime.load import LoadGovernor
+from runtime.snapshots import SnapshotWriter
+from streams.recording import RecordingStore
 from vigil.rollups import Rollups
 from vigil.services.apps import AppService
 from vigil.services.cameras import CameraService
-from vigil.services.clips import ClipService
 from vigil.services.captions import Captions
+from vigil.services.clips import ClipService
 from vigil.services.errors import Conflict, Invalid, NotFound
 from vigil.services.events import EventService, overview
 from vigil.services.llm import LLMService
-from vigil.services.sinks import SinkService
 from vigil.services.models import ModelService
+from vigil.services.sinks import SinkService
 from vigil.services.streams import StreamService
 from vigil.settings import Settings, SettingsError
-from runtime.snapshots import SnapshotWriter
 from vigil.storage import Storage, StorageFull
 
 log = logging.getLogger("vigil.service")

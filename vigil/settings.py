@@ -11,11 +11,11 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from apps.documents import DocumentError, load_yaml
-from core.events import EVENT_TYPES
 from apps.spec import format_errors
+from core.events import EVENT_TYPES
 from engine.lanes import AUTO_MAX_LANES, MAX_LANES
-from models.repository import MODELS_DIR
 from engine.share import MAX_SHARE
+from models.repository import MODELS_DIR
 from streams.urls import ALL_SCHEMES, DEFAULT_SCHEMES, SourcePolicy
 
 ROOT = Path(__file__).resolve().parents[1]  # the checkout: its configs and sample videos

@@ -31,10 +31,10 @@ from apps.app import App
 from apps.spec import AppSpec
 from apps.stationary import iou
 from core.detections import Detections
+from runtime.offline import RunError, RunOptions, run_offline
 from sample_videos.range import truth_path
 from sample_videos.render import RenderConfig, write_clip
 from streams import FrameSampler, SourceError, SourceOptions, cut_blocks, open_source
-from runtime.offline import RunError, RunOptions, run_offline
 
 WITHIN_MS = 500.0  # how far a stay's measured dwell may be from the truth's
 ON_PERSON_IOU = 0.5  # a track's box this close to an object's is on that object

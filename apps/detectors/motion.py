@@ -16,9 +16,8 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator
 
 from core.detections import Detections
-from core.numbers import json_int
 from core.frames import FrameBlock
-
+from core.numbers import json_int
 
 # a mask's coordinate: the validator below names a point outside the frame in words, and
 # the JSON schema states the same bound, so the OpenAPI document promises what is accepted

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from test_app import feed, make_app
+from test_dwell import SIZE, dwell_app
 
 from apps.app import App
 from apps.border import learned_size, leaving_view, touching, whole_box
 from factories import box_at, make_block, make_detections
-from test_app import feed, make_app
-from test_dwell import SIZE, dwell_app
 
 
 def test_someone_who_comes_in_where_another_went_out_gets_a_track_of_their_own():

@@ -4,10 +4,10 @@ zone_dwell event once per stay past the app's loiter_s."""
 from __future__ import annotations
 
 import pytest
+from test_app import LABELS, feed
 
 from apps.app import App
 from apps.spec import parse_spec
-from test_app import LABELS, feed
 
 SIZE = (200, 100)
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from test_app import LABELS, feed
 
 from apps.app import App
 from apps.filters import DetectionFilter
 from apps.spec import SpecError, parse_spec
 from factories import box_at, make_detections
-from test_app import LABELS, feed
 
 SIZE = (200, 100)  # frame area 20000 px
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from apps.spec import load_spec
-from support.footage import need_vtest
 from runtime.offline import RunOptions, run_offline
+from support.footage import need_vtest
 
 SEEN_BY_EYE = {4000.0: 6, 11000.0: 7}
 

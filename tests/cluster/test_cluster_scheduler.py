@@ -9,11 +9,11 @@ from collections import Counter
 
 import pytest
 
-from cluster.planner import GlobalScheduler
 from cluster.epochs import EpochPolicy, Epochs
 from cluster.placement import Device, Workload, check
-from engine.profiles import Profile
+from cluster.planner import GlobalScheduler
 from cluster.routing import DeficitRoundRobin, NoRoute
+from engine.profiles import Profile
 
 
 def test_requests_follow_the_planned_rates_smoothly():

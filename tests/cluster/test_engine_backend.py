@@ -18,14 +18,14 @@ loopback()  # before Ray is imported
 ray = pytest.importorskip("ray")
 
 from cluster.backend import BackendConfig, start_backend  # noqa: E402
+from cluster.epochs import EpochPolicy  # noqa: E402
+from cluster.placement import Assignment, DevicePlan, Workload  # noqa: E402
 from cluster.router import Router  # noqa: E402
 from cluster.scheduler import scheduler_handle  # noqa: E402
 from engine.engine import Engine  # noqa: E402
-from cluster.epochs import EpochPolicy  # noqa: E402
-from cluster.placement import Assignment, DevicePlan, Workload  # noqa: E402
 from engine.profiles import Profile  # noqa: E402
-from models.repository import ModelRepository  # noqa: E402
 from engine.requests import Request  # noqa: E402
+from models.repository import ModelRepository  # noqa: E402
 from sample_videos.render import RenderConfig, Renderer  # noqa: E402
 from vigil.settings import MODELS_DIR  # noqa: E402
 

@@ -12,8 +12,8 @@ from cluster.engine_backend import Asked
 from cluster.front import ClusterEngine
 from core.detections import Detections
 from engine.engine import Engine
-from models.repository import ModelRepository
 from engine.requests import Dropped, Request, Result
+from models.repository import ModelRepository
 from vigil.settings import MODELS_DIR
 
 

@@ -8,8 +8,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from cluster.placement import Device, Prefix, Workload, check, largest_batch, max_throughput_rps, place
 from engine.profiles import Profile

@@ -15,10 +15,10 @@ ray = pytest.importorskip("ray")
 
 from bench.traffic import Traffic  # noqa: E402
 from cluster.backend import BackendConfig, start_backend  # noqa: E402
-from cluster.router import Router  # noqa: E402
-from cluster.scheduler import scheduler_handle  # noqa: E402
 from cluster.epochs import EpochPolicy  # noqa: E402
 from cluster.placement import Workload  # noqa: E402
+from cluster.router import Router  # noqa: E402
+from cluster.scheduler import scheduler_handle  # noqa: E402
 from engine.profiles import Profile  # noqa: E402
 
 BEACON_S = 0.5

@@ -19,10 +19,10 @@ from apps.spec import load_spec
 from cluster.front import connect
 from cluster.local import RayHead
 from models.repository import ModelRepository
+from runtime.offline import RunOptions, run_offline
 from support.browser import ARGS, CHROMIUM
 from support.processes import VigilServer, free_port, wait_for
 from vigil.api import build_app
-from runtime.offline import RunOptions, run_offline
 from vigil.service import Vigil
 from vigil.settings import MODELS_DIR, Cluster, Settings
 

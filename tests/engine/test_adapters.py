@@ -3,12 +3,12 @@
 import numpy as np
 import pytest
 import torch
-from repo import TINY_INPUT, write_model
-from tiny_models import Chain
 
 from engine.engine import Engine
-from models.repository import ModelRepository
 from engine.requests import Request
+from models.repository import ModelRepository
+from repo import TINY_INPUT, write_model
+from tiny_models import Chain
 
 FRAME = np.random.default_rng(0).integers(0, 255, (32, 32, 3), dtype=np.uint8)
 

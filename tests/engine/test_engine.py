@@ -10,12 +10,12 @@ from concurrent.futures import wait
 import numpy as np
 import pytest
 import torch
-from factories import make_profile
-from repo import tiny_state, write_model
 
 from engine.engine import Engine
-from models.repository import ModelRepository, RepositoryError
 from engine.requests import Dropped, Request
+from factories import make_profile
+from models.repository import ModelRepository, RepositoryError
+from repo import tiny_state, write_model
 
 FRAME = np.zeros((32, 32, 3), np.uint8)
 
@@ -188,8 +188,9 @@ def test_bad_files_fail_their_load_and_others_keep_serving(tmp_path, engine_fact
     with pytest.raises(RepositoryError) as info:
         engine.load("bad")
     assert str(bad / "model.yaml") in str(info.value) and "does not match the architecture" in str(info.value)
-    with pytest.raises(RepositoryError, match="arch: unknown torchvision architecture 'resnet-9000'"):
+    with pytest.raises(RepositoryError, match="arch: unknown torchvision architecture 'resnet-9000'") as info:
         engine.load("arch")
+    assert str(arch / "model.yaml") in str(info.value)
     (bad / "model.pt").write_bytes(b"not a checkpoint")
     with pytest.raises(RepositoryError, match="weights: cannot read model.pt"):
         engine.load("bad")

@@ -5,17 +5,17 @@ import threading
 
 import numpy as np
 import pytest
-from repo import tiny_state, write_model
 
+from core.host import usable_cores
 from engine.arbiter import DeviceArbiter
 from engine.deadlines import hopeless
 from engine.engine import Engine
-from core.host import usable_cores
 from engine.lanes import AUTO_MAX_LANES, lane_threads, resolve_lanes
 from engine.metrics import EngineMetrics
 from engine.profiles import Profile
-from models.repository import ModelRepository
 from engine.requests import Request
+from models.repository import ModelRepository
+from repo import tiny_state, write_model
 
 FRAME = np.zeros((32, 32, 3), np.uint8)
 

@@ -2,13 +2,13 @@
 
 import numpy as np
 import pytest
-from factories import make_profile
-from repo import tiny_state, write_model
 
 from engine.engine import Engine
-from models.repository import ModelRepository
 from engine.requests import ADAPTIVE, Request
 from engine.selection import RateMeter, VersionCost, capacity, choose_version
+from factories import make_profile
+from models.repository import ModelRepository
+from repo import tiny_state, write_model
 
 FAST = VersionCost(1, quality=0.85, capacity_per_s=400)
 ACCURATE = VersionCost(2, quality=0.95, capacity_per_s=100)
@@ -94,9 +94,8 @@ def test_each_apps_switches_are_reported_on_its_own_stream(tmp_path):
     on the Result of the request that saw it)."""
     import dataclasses
 
-    from factories import make_block
-
     from apps.spec import parse_spec
+    from factories import make_block
     from runtime.pipeline import build_runners, observe_block, submit_block
 
     engine, now = two_versions(tmp_path)

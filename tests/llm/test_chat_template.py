@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from llm.serving import load_llm
-from vigil.openai_protocol import ChatCompletionRequest, RequestError, start
 from support.processes import ROOT
+from vigil.openai_protocol import ChatCompletionRequest, RequestError, start
 
 SCENE_LM = ROOT / "configs" / "models" / "scene-lm" / "1"
 TEMPLATE = ("{{ bos_token }}{% for m in messages %}"

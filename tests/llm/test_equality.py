@@ -7,13 +7,13 @@ import random
 
 import pytest
 import torch
+from tiny import make_tiny_llama
 
 from llm.cuda_graphs import graph_sizes
 from llm.engine import EngineConfig, LLMEngine
 from llm.model import LlamaModel
 from llm.sampling import SamplingParams
 from llm.tokenizer import Tokenizer
-from tiny import make_tiny_llama
 
 
 @pytest.fixture(scope="module")

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from llm.kv_cache import BlockPool, prepare_inputs, slot_mapping
-from llm.step_plan import blocks_for
 from llm.requests import LLMRequest
 from llm.sampling import SamplingParams
+from llm.step_plan import blocks_for
 
 
 @pytest.mark.parametrize("num_tokens,block_size,blocks", [(0, 4, 0), (1, 4, 1), (4, 4, 1), (5, 4, 2), (17, 16, 2)])

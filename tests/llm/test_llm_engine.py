@@ -8,16 +8,16 @@ import threading
 
 import numpy as np
 import pytest
+from tiny import make_tiny_llama
 
 from engine.engine import Engine, Request
-from models.repository import ModelRepository
-from vigil.settings import MODELS_DIR
 from llm.engine import EngineConfig, LLMEngine
 from llm.model import LlamaModel
 from llm.requests import LLMRequest
 from llm.sampling import SamplingParams
 from llm.tokenizer import Tokenizer
-from tiny import make_tiny_llama
+from models.repository import ModelRepository
+from vigil.settings import MODELS_DIR
 
 
 @pytest.fixture(scope="module")

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from models.repository import ModelRepository
 from llm.serving import llm_version
+from models.repository import ModelRepository
 
 
 def make_llm_repo(root: Path, versions: list[int], policy: str | None = None, incomplete: tuple[int, ...] = ()) -> Path:

@@ -9,7 +9,7 @@ from pathlib import Path
 def make_tiny_llama(folder: Path, seed: int = 0, vocab: int = 97, layers: int = 2, heads: int = 4,
                     kv_heads: int = 2, hidden: int = 64) -> Path:
     import torch
-    from tokenizers import Tokenizer, models, pre_tokenizers, decoders
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(seed)

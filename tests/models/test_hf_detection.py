@@ -8,12 +8,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from repo import write_model
-from support.clips import BUNDLED
 
 from engine.engine import Engine
-from models.repository import ModelRepository, RepositoryError
 from engine.requests import Request
+from models.repository import ModelRepository, RepositoryError
+from repo import write_model
+from support.clips import BUNDLED
 
 LABELS = {0: "person", 1: "car", 2: "bike", 3: "bus"}
 BACKBONE = {"embedding_size": 16, "hidden_sizes": [16, 32, 64, 128], "depths": [1, 1, 1, 1]}

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from repo import write_model
 
 from engine.engine import Engine
-from models.repository import ModelRepository, RepositoryError
 from engine.requests import Request
+from models.repository import ModelRepository, RepositoryError
+from repo import write_model
 
 onnx = pytest.importorskip("onnx")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402

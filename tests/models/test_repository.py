@@ -1,11 +1,10 @@
 """The model repository: version policy, labels, and files that are wrong."""
 
 import pytest
-import torch
 import yaml
-from repo import tiny_state, write_model
 
 from models.repository import ModelRepository, RepositoryError, VersionPolicy
+from repo import write_model
 
 
 @pytest.mark.parametrize("policy, expected", [

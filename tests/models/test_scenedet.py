@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 
 from engine.engine import Engine
+from engine.requests import Request
 from models.detection_eval import box_iou
 from models.repository import ModelRepository
-from engine.requests import Request
 from sample_videos.render import RenderConfig, Renderer
 from vigil.settings import MODELS_DIR
 

@@ -8,12 +8,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from test_tfjs import ints, s, write_model
 
 from models.repository import ModelSpec
 from models.tfjs import onnx_cpu
 from models.tfjs.graph import read_graph
 from models.tfjs.module import GraphModule
-from test_tfjs import ints, s, write_model
 
 
 def conv_graph(tmp_path) -> GraphModule:

@@ -2,11 +2,11 @@
 trace (models/torch_input.py): the same numbers as converting first, in one call."""
 
 import torch
-from repo import TINY_INPUT, write_model
 
 from models.registry import load_model
 from models.repository import ModelRepository
 from models.torch_input import ImageInput
+from repo import TINY_INPUT, write_model
 
 BATCH = torch.randint(0, 256, (3, 3, 32, 32), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
 

@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 import torch
 import torchvision
-from repo import write_model
-from support.clips import BUNDLED
 
 from engine.engine import Engine
-from models.repository import ModelRepository, RepositoryError
 from engine.requests import Request
+from models.repository import ModelRepository, RepositoryError
+from repo import write_model
+from support.clips import BUNDLED
 
 ARCHS = {
     "fasterrcnn_mobilenet_v3_large_320_fpn": {"box_score_thresh": 0.0},

@@ -13,12 +13,12 @@ import os
 import numpy as np
 import pytest
 import torch
-from repo import write_model
-from support.processes import VigilServer, run_command
 
 from engine.engine import Engine
-from models.repository import ModelRepository, RepositoryError
 from engine.requests import Request
+from models.repository import ModelRepository, RepositoryError
+from repo import write_model
+from support.processes import VigilServer, run_command
 
 os.environ.setdefault("YOLO_CONFIG_DIR", "/tmp/vigil-tests-ultralytics")
 ultralytics = pytest.importorskip("ultralytics", reason="make install adds ultralytics (no deps) for these tests")
@@ -215,6 +215,7 @@ def test_grpc_predict_returns_ultralytics_detections(yolo_server):
 
 def test_an_app_whose_model_finds_nothing_says_so(yolo_server):
     import httpx
+
     from support.clips import BUNDLED
     from support.processes import wait_for
 
@@ -235,7 +236,6 @@ def test_an_app_whose_model_finds_nothing_says_so(yolo_server):
                                         ("yolo_end2end", end2end_output)])
 def test_vigil_run_writes_ultralytics_detections_and_tracks_them(tmp_path, kind, make):
     import json
-    import subprocess
     import sys
 
     import yaml

@@ -13,11 +13,11 @@ import pytest
 from apps.spec import parse_spec
 from engine.engine import Engine
 from models.repository import ModelRepository
-from streams.live import ManagedStream, StreamOptions
-from support.processes import ROOT, wait_for
 from runtime.cpu_priority import BACKGROUND_NICE, BATCH_POLICY, ThreadLevel, nice_of, policy_of
 from runtime.load import LoadGovernor
 from runtime.worker import StreamWorker
+from streams.live import ManagedStream, StreamOptions
+from support.processes import ROOT, wait_for
 
 BASE = os.getpriority(os.PRIO_PROCESS, 0)
 

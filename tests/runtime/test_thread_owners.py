@@ -18,10 +18,10 @@ from apps.app import App
 from apps.spec import parse_spec
 from engine.engine import Engine
 from models.repository import ModelRepository
+from runtime.worker import StreamWorker
 from streams.blocks import FrameSampler
 from streams.live import ManagedStream, StreamOptions
 from support.processes import ROOT, wait_for
-from runtime.worker import StreamWorker
 
 pytestmark = pytest.mark.slow  # a looping stream, and the engine, for seconds a test
 

@@ -9,9 +9,9 @@ from apps.app import App
 from apps.spec import parse_spec
 from engine.engine import Engine
 from models.repository import ModelRepository
+from runtime.worker import StreamWorker
 from streams.live import ManagedStream, StreamOptions
 from support.processes import ROOT, wait_for
-from runtime.worker import StreamWorker
 
 pytestmark = pytest.mark.slow  # a looping stream through the real engine, for seconds a test
 

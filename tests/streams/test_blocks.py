@@ -1,9 +1,9 @@
 import numpy as np
 import pytest
 
+from core.frames import FrameBlock
 from factories import make_block, make_frame
 from streams.blocks import BlockCutter, FrameSampler, cut_blocks
-from core.frames import FrameBlock
 
 
 def test_cut_by_frame_count_keeps_order_and_remainder():

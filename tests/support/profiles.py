@@ -16,7 +16,6 @@ import time
 from engine.engine import Engine
 from models.fetch import installed
 from models.repository import ModelRepository
-
 from support.processes import ROOT
 
 MODELS = {"scenedet": [1, 2], "hog-people": None, "coco": None}  # name -> versions (None: the model's policy)

@@ -10,7 +10,6 @@ from playwright.sync_api import sync_playwright
 from support.browser import ARGS, CHROMIUM
 
 
-
 @pytest.fixture(scope="module")
 def browser():
     with sync_playwright() as p:

@@ -8,9 +8,9 @@ from __future__ import annotations
 import pytest
 
 from apps.spec import load_spec
+from runtime.offline import RunOptions, run_offline
 from support.footage import need_vtest
 from support.processes import RtspServer, wait_for
-from runtime.offline import RunOptions, run_offline
 from vigil.report import format_table
 
 pytestmark = pytest.mark.slow

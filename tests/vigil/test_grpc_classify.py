@@ -57,7 +57,6 @@ def test_predict_returns_the_classifiers_top_classes(served, frame):
 
 def test_vigil_run_carries_the_classifiers_classes_into_events_and_summary(served, tmp_path):
     import json
-    import subprocess
     import sys
 
     import av

@@ -19,8 +19,8 @@ import numpy as np
 import paho.mqtt.client as mqtt
 import pytest
 
-from support.processes import VigilServer, free_port, settled, wait_for
 from runtime.snapshots import crop_bounds
+from support.processes import VigilServer, free_port, settled, wait_for
 
 MOSQUITTO = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
 pytestmark = pytest.mark.skipif(not os.path.exists(MOSQUITTO),

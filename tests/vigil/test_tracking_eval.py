@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from support.processes import run_command
 from apps.spec import load_spec
-from vigil.tracking_eval import (Clip, TRACKED_APPS, bundled_clips, counted_stays, eval_tracking, run_on_truth,
+from support.processes import run_command
+from vigil.tracking_eval import (TRACKED_APPS, Clip, bundled_clips, counted_stays, eval_tracking, run_on_truth,
                                  stay_outcomes, stays_followed, stays_within, truth_boxes)
 
 PEOPLE = load_spec("people-counter-scenedet")

@@ -14,8 +14,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import httpx
 import pytest
 
-from support.processes import VigilServer, free_port, settled, wait_for
 from runtime.snapshots import with_links
+from support.processes import VigilServer, free_port, settled, wait_for
 
 SECRET = "s3cr3t"
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import math
 
 from apps.spec import NAME_PATTERN
-from streams.recording import ClipError, RecordingStore, cut_clip
 from runtime.event_clips import event_window
+from streams.recording import ClipError, RecordingStore, cut_clip
 from vigil.services.errors import Invalid, NotFound
 from vigil.settings import Recording
 from vigil.storage import Storage

@@ -6,11 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from core.events import EVENT_TYPES
+from runtime.snapshots import SnapshotWriter
 from vigil.services.apps import AppService
 from vigil.services.errors import Invalid, NotFound
 from vigil.services.streams import StreamService
 from vigil.settings import Limits
-from runtime.snapshots import SnapshotWriter
 from vigil.storage import EventQuery, Storage
 
 STREAM_FIELDS = ("name", "status", "last_error", "reconnects", "frames_decoded", "frames_dropped")

@@ -31,9 +31,9 @@ from typing import Any
 import paho.mqtt.client as mqtt
 from prometheus_client import Counter
 
+from runtime.snapshots import with_links
 from vigil.services.outbox import OutboxSink
 from vigil.settings import Mqtt
-from runtime.snapshots import with_links
 from vigil.storage import Storage
 
 # counts and zone contents kept between messages; past this many, all are forgotten and

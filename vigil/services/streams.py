@@ -16,21 +16,21 @@ from typing import Any, Callable
 from pydantic import ValidationError
 
 from apps.app import App
-from core.events import Event
 from apps.spec import NAME_RULE, format_errors, valid_name
 from cluster.actors import StreamActors
 from cluster.app_host import HostClient
+from core.events import Event
 from engine.engine import Engine
+from runtime.load import LoadGovernor
+from runtime.snapshots import SnapshotWriter
+from runtime.worker import StreamWorker
 from streams import FrameBlock
 from streams.live import ManagedStream, StreamOptions
 from streams.recording import RecordingStore
 from streams.urls import NoSuchFile, NotAllowed, check_url, is_live_url, redact_url
-from runtime.load import LoadGovernor
 from vigil.services.errors import Conflict, Forbidden, Invalid, NotFound, ServiceError
 from vigil.settings import Settings
-from runtime.snapshots import SnapshotWriter
 from vigil.storage import Storage
-from runtime.worker import StreamWorker
 
 log = logging.getLogger("vigil.services.streams")
 

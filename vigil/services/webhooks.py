@@ -18,10 +18,10 @@ import json
 import httpx
 from prometheus_client import Counter
 
+from runtime.snapshots import with_links
 from streams.urls import redact_url
 from vigil.services.outbox import OutboxSink
 from vigil.settings import Webhook
-from runtime.snapshots import with_links
 from vigil.storage import Storage
 
 
