@@ -1,6 +1,6 @@
 """The TensorFlow.js graph-model loader on small graphs written here: the weights
 manifest's encodings, TensorFlow's padding and resizing rules, the batch a converted
-graph fixes at 1, and refusals that name what is wrong. (tests/engine/test_tfjs_parity.py
+graph fixes at 1, and refusals that name what is wrong. (tests/models/test_tfjs_parity.py
 compares whole COCO graphs with TensorFlow.js itself.)"""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """coco's detections are the same on every path a user takes to them: gRPC `Predict` to
 `vigil serve` (raw pixels), and `vigil run --detections`, as the model called directly
-on the same decoded frames, which tests/engine/test_tfjs_parity.py holds equal to
+on the same decoded frames, which tests/models/test_tfjs_parity.py holds equal to
 TensorFlow.js's own. Boxes within 1 px in frame pixels, scores within 1e-3, the same
 classes: the parity test's bar."""
 
