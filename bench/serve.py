@@ -105,7 +105,7 @@ class _Server:
         on = {"cluster": {"address": cluster, "actors": actors}} if cluster else {}
         media = [str(SAMPLES_DIR), *{str(p.parent) for p in clips}]
         config.write_text(yaml.safe_dump({**llm, "limits": {"media_dirs": media}, **on}))
-        self.server = Launched("vigil serve", [sys.executable, "-m", "vigil", "serve", "--config", str(config),
+        self.server = Launched("vigil serve", [sys.executable, "-m", "cli", "serve", "--config", str(config),
                                                "--port", str(self.port), "--grpc-port", "0", "--data-dir",
                                                str(workdir / "data"), "--device", device,
                                                *(["--cluster", cluster] if cluster else [])],

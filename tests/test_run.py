@@ -197,7 +197,7 @@ def test_clips_need_a_file(tmp_path):
 
 
 def vigil(*args: str) -> subprocess.CompletedProcess:
-    return run_command([sys.executable, "-m", "vigil", *args], 300)
+    return run_command([sys.executable, "-m", "cli", *args], 300)
 
 
 @pytest.mark.slow

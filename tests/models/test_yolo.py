@@ -252,7 +252,7 @@ def test_vigil_run_writes_ultralytics_detections_and_tracks_them(tmp_path, kind,
     (tmp_path / "app.yaml").write_text(yaml.safe_dump({"name": "finder", "detector": "yolo", "slo_ms": 60000,
                                                        "min_confidence": 0.0, "tracker": {"min_hits": 2}}))
     out = tmp_path / "out"
-    done = run_command([sys.executable, "-m", "vigil", "run", str(clip), "--models", str(root), "--app",
+    done = run_command([sys.executable, "-m", "cli", "run", str(clip), "--models", str(root), "--app",
                         str(tmp_path / "app.yaml"), "--out", str(out), "--no-video", "--detections", "-q"], 300)
     assert done.returncode == 0, done.stderr
     rows = [json.loads(line) for line in (out / "detections.jsonl").read_text().splitlines()]

@@ -19,7 +19,7 @@ from support.processes import ROOT, VigilServer, free_port, run_command, wait_fo
 def serve_once(*args: str, cwd=ROOT, timeout_s: float = 90, preexec_fn=None) -> subprocess.CompletedProcess:
     """`vigil serve` that is expected to stop by itself (it cannot start)."""
     env = {k: v for k, v in os.environ.items() if k != "VIGIL_API_KEYS"}
-    return run_command([sys.executable, "-m", "vigil", "serve", "--device", "cpu", *args], timeout_s, cwd=cwd,
+    return run_command([sys.executable, "-m", "cli", "serve", "--device", "cpu", *args], timeout_s, cwd=cwd,
                        env=env, preexec_fn=preexec_fn)
 
 

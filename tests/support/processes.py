@@ -127,7 +127,7 @@ class VigilServer:
         if self.api_keys is not None:
             env["VIGIL_API_KEYS"] = self.api_keys
         self._log = open(self.log, "a")
-        self.proc = subprocess.Popen([sys.executable, "-m", "vigil", "serve", "--port", str(self.port),
+        self.proc = subprocess.Popen([sys.executable, "-m", "cli", "serve", "--port", str(self.port),
                                       "--grpc-port", str(self.grpc_port), "--data-dir", str(self.data_dir),
                                       "--device", "cpu", *self.extra],
                                      cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT,

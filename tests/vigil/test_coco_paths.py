@@ -82,7 +82,7 @@ def test_vigil_run_detections_give_what_the_model_gives(tmp_path, decoded):
     labels = list(model.spec.labels)
     (tmp_path / "app.yaml").write_text(yaml.safe_dump({"name": "everything", "detector": "coco", "slo_ms": 60000}))
     out = tmp_path / "out"
-    done = run_command([sys.executable, "-m", "vigil", "run", str(need_vtest()), "--app", str(tmp_path / "app.yaml"),
+    done = run_command([sys.executable, "-m", "cli", "run", str(need_vtest()), "--app", str(tmp_path / "app.yaml"),
                         "--out", str(out), "--no-video", "--detections", "--max-frames", str(FRAMES), "-q"], 300)
     assert done.returncode == 0, done.stderr[-3000:]
     found = [json.loads(line) for line in (out / "detections.jsonl").read_text().splitlines()]

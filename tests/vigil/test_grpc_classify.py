@@ -68,7 +68,7 @@ def test_vigil_run_carries_the_classifiers_classes_into_events_and_summary(serve
     (tmp_path / "app.yaml").write_text(yaml.safe_dump({"name": "scene", "detector": "cls", "slo_ms": 60000,
                                                        "min_confidence": 0.0, "top_k": 3}))
     out = tmp_path / "out"
-    done = run_command([sys.executable, "-m", "vigil", "run", str(BUNDLED[0]), "--models", str(repo), "--app",
+    done = run_command([sys.executable, "-m", "cli", "run", str(BUNDLED[0]), "--models", str(repo), "--app",
                         str(tmp_path / "app.yaml"), "--out", str(out), "--no-video", "--detections", "--max-frames",
                         "8", "-q"], 300)
     assert done.returncode == 0, done.stderr

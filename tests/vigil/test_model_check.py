@@ -13,7 +13,7 @@ from support.processes import ROOT, run_command
 
 
 def check(*args: str) -> subprocess.CompletedProcess:
-    return run_command([sys.executable, "-m", "vigil", "models", "check", *args], 300, cwd=ROOT)
+    return run_command([sys.executable, "-m", "cli", "models", "check", *args], 300, cwd=ROOT)
 
 
 @pytest.mark.slow

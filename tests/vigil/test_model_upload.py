@@ -62,7 +62,7 @@ def test_the_cli_adds_a_folder_as_the_next_version(server, tmp_path):
     (folder / "model.yaml").write_text(yaml.safe_dump(HOG))
     env = {**os.environ, "VIGIL_API_KEY": KEY}
     for expected in (1, 2):
-        out = run_command([sys.executable, "-m", "vigil", "models", "add", "hog-up", str(folder), "--url",
+        out = run_command([sys.executable, "-m", "cli", "models", "add", "hog-up", str(folder), "--url",
                            server.url], 120, cwd=ROOT, env=env)
         assert out.returncode == 0, out.stderr
         assert f'"added_version": {expected}' in out.stdout

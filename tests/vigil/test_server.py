@@ -185,10 +185,10 @@ def test_the_server_runs_under_jemalloc_when_it_is_installed(server):
 
 
 def test_cli_talks_to_the_api(server):
-    out = run_command([sys.executable, "-m", "vigil", "streams", "list", "--url", server.url], 60, cwd=ROOT)
+    out = run_command([sys.executable, "-m", "cli", "streams", "list", "--url", server.url], 60, cwd=ROOT)
     assert out.returncode == 0, out.stderr
     assert "street" in [s["name"] for s in json.loads(out.stdout)]
-    out = run_command([sys.executable, "-m", "vigil", "apps", "get", "nosuch", "--url", server.url], 60, cwd=ROOT)
+    out = run_command([sys.executable, "-m", "cli", "apps", "get", "nosuch", "--url", server.url], 60, cwd=ROOT)
     assert out.returncode == 1 and "404" in out.stderr
 
 
@@ -196,7 +196,7 @@ def test_the_readmes_streams_add_registers_the_callers_file(server, tmp_path):
     """`vigil streams add lobby sample_videos/street_a.mp4` from the project folder, as the
     README has it: the positional url is the camera (not the server's --url), and the
     relative path is the caller's, sent absolute."""
-    out = run_command([sys.executable, "-m", "vigil", "streams", "add", "readme-lobby", "sample_videos/street_a.mp4",
+    out = run_command([sys.executable, "-m", "cli", "streams", "add", "readme-lobby", "sample_videos/street_a.mp4",
                        "--options", '{"loop": false}', "--url", server.url], 60, cwd=ROOT)
     assert out.returncode == 0, out.stderr
     try:

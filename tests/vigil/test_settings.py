@@ -50,14 +50,14 @@ def test_a_cluster_flag_sets_the_address_and_keeps_the_files_other_cluster_setti
 def test_the_cli_uses_the_servers_key_when_it_has_no_key_of_its_own(monkeypatch):
     import argparse
 
-    from cli.main import _api_key
+    from cli.connection import api_key
 
     monkeypatch.delenv("VIGIL_API_KEY", raising=False)
     monkeypatch.setenv("VIGIL_API_KEYS", " k1 , k2")
-    assert _api_key(argparse.Namespace(api_key=None)) == "k1"
+    assert api_key(argparse.Namespace(api_key=None)) == "k1"
     monkeypatch.setenv("VIGIL_API_KEY", "mine")
-    assert _api_key(argparse.Namespace(api_key=None)) == "mine"
-    assert _api_key(argparse.Namespace(api_key="flag")) == "flag"
+    assert api_key(argparse.Namespace(api_key=None)) == "mine"
+    assert api_key(argparse.Namespace(api_key="flag")) == "flag"
 
 
 @pytest.mark.parametrize("cameras, says", [

@@ -169,7 +169,7 @@ def test_given_the_truths_boxes_the_tracker_keeps_people_in_a_crowd(name, floor)
     (["tracking", "--clips", "0"], "--clips must be in 1..100"),
 ])
 def test_bad_arguments_are_named(args, message):
-    done = run_command([sys.executable, "-m", "vigil", "eval", *args], 120)
+    done = run_command([sys.executable, "-m", "cli", "eval", *args], 120)
     assert done.returncode == 1 and message in done.stderr, done.stderr
     assert done.stdout == ""
 
