@@ -1,8 +1,9 @@
 """`vigil serve --cluster`: the engine's boundary (engine/engine.py) on the front door,
 with the frames run by engine backends on the cluster's devices.
 
-`ClusterEngine` is an `Engine` that runs no frame. It loads each model here once,
-on the CPU, for what the front door answers itself: labels, versions, labels of
+`ClusterEngine` implements the engine's boundary (runtime/boundaries.py) and runs no
+frame. A local `Engine` on the CPU, which is sent no request, loads each model here once
+for what the front door answers itself: labels, versions, labels of
 versions, the model API, and the profile the scheduler plans with. Each loaded
 version is a session of the global scheduler, `name:version`, added when the version
 is loaded and removed when it is unloaded. Its planned SLO is the tightest one a
@@ -59,10 +60,15 @@ READY_WAIT_S = 120.0  # a load waits this long for its sessions to be routed and
 DEFAULT_PLAN_SLO_MS = 1000.0  # the apps' default SLO
 
 
-class ClusterEngine(Engine):
+class ClusterEngine:
     def __init__(self, repository: ModelRepository, scheduler, router, backends: dict[str, object],
                  address: str, clock=monotonic_ms, nodes: list[str] | None = None) -> None:
-        super().__init__(repository, "cpu", clock=clock, lanes=1)
+        self.local = Engine(repository, "cpu", clock=clock, lanes=1)
+        self.repository = repository
+        self.clock = clock
+        # the local engine's: the front door's metrics, and the device its guest (the LLM) has to itself
+        self.metrics = self.local.metrics
+        self.arbiter = self.local.arbiter
         self.nodes = nodes or []  # the Ray node ids the backends run on
         self.scheduler = scheduler
         self.router = router
@@ -75,19 +81,52 @@ class ClusterEngine(Engine):
 
     # -- the model verbs: here, then the scheduler's sessions ---------------------------------------
     def load(self, name: str, versions: list[int] | None = None) -> list[int]:
-        loaded = super().load(name, versions)
+        loaded = self.local.load(name, versions)
         self._sync_sessions(name)
         return loaded
 
+    def ensure_loaded(self, name: str) -> None:
+        if not self.versions(name):
+            self.load(name)
+
     def unload(self, name: str, version: int | None = None) -> list[int]:
-        out = super().unload(name, version)
+        out = self.local.unload(name, version)
         self._sync_sessions(name)
         return out
 
     def reload(self, name: str) -> dict[str, list[int]]:
-        out = super().reload(name)
+        out = self.local.reload(name)
         self._sync_sessions(name)
         return out
+
+    # read here: what is loaded, its labels and profiles are the front door's
+    def set_label(self, name: str, label: str, version: int) -> None:
+        self.local.set_label(name, label, version)
+
+    def labels(self, name: str, version: int | str | None = None) -> tuple[str, ...]:
+        return self.local.labels(name, version)
+
+    def domain(self, name: str, version: int | str | None = None) -> str | None:
+        return self.local.domain(name, version)
+
+    def versions(self, name: str) -> list[int]:
+        return self.local.versions(name)
+
+    def fragment_profiles(self, name: str, version: int | str | None = None) -> list[Profile]:
+        return self.local.fragment_profiles(name, version)
+
+    @property
+    def ready(self) -> bool:
+        return self.local.ready
+
+    def profiles(self) -> dict[str, dict]:
+        return self.local.profiles()
+
+    def models(self) -> dict:
+        return self.local.models()
+
+    def selections(self) -> list[dict]:
+        return self.local.selections()
 
     def _sync_sessions(self, name: str) -> None:
         """The scheduler's sessions of `name` made the versions loaded here."""
@@ -159,13 +198,15 @@ class ClusterEngine(Engine):
         self.scheduler.add_session.remote(self._workload(session, version, slo_ms))
 
     # -- requests -----------------------------------------------------------------------------------
+    def submit(self, request: Request) -> Future:
+        return self.submit_many([request])[0]
+
     def submit_many(self, requests: list[Request]) -> list[Future]:
         futures = [Future() for _ in requests]
         groups: dict[str, list[tuple[int, int]]] = {}  # session -> (index, version)
         for i, req in enumerate(requests):
             try:
-                with self._cond:
-                    version = self.manager.resolve(req.model, None if req.version == ADAPTIVE else req.version).version
+                version = self.local.resolve_version(req.model, None if req.version == ADAPTIVE else req.version)
             except LookupError as exc:
                 shown = str(req.version) if req.version is not None else "latest"
                 self.metrics.arrived(req.app, req.model, shown)
@@ -230,14 +271,14 @@ class ClusterEngine(Engine):
     def load_report(self) -> dict:
         """This process's engine (it runs no frame: its guest, the LLM, has the device to
         itself) and where the frames go."""
-        return {**super().load_report(), "device": "cluster", "address": self.address,
+        return {**self.local.load_report(), "device": "cluster", "address": self.address,
                 "backends": sorted(self.backends), "router_outcomes": dict(self.router.outcomes)}
 
     def close(self, drain: bool = True, timeout_s: float = 30.0) -> None:
         """The router first (what is in flight fails as backend_lost), then the local
         engine; the backends and the scheduler are the cluster's and stay."""
         self.router.close()
-        super().close(drain, timeout_s)
+        self.local.close(drain, timeout_s)
 
 
 def _backend_summary(report: dict) -> dict:

@@ -3,7 +3,7 @@ its path and stage deadlines set), or is refused at the door.
 
 Refused: "unavailable" when no version can serve it, and "deadline" (the early drop)
 when the queue ahead of its first stage cannot clear in time (engine/deadlines.py).
-Called under the engine's lock.
+Called under the lock of the engine's core (engine/core.py), which alone calls it.
 """
 
 from __future__ import annotations

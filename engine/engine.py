@@ -17,7 +17,9 @@ latency is still measured against its SLO. Host work is kept off the device loop
 preprocessing runs on the submitting thread, postprocessing on a pool.
 
 The loop runs in `lanes` threads (engine/lanes.py), each planning and running one
-batch at a time on its share of the cores: one lane on a GPU, several on a CPU.
+batch at a time on its share of the cores: one lane on a GPU, several on a CPU. The
+state they share has one owner, engine/core.py's `EngineCore`: a lane's step is its
+`schedule`, the execution here (without the lock), then its `update`.
 """
 
 from __future__ import annotations
@@ -29,16 +31,13 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable
 
 from core.clock import monotonic_ms
-from engine.admission import Admission
-from engine.arbiter import DeviceArbiter
+from engine.core import Drops, EngineCore, Step
 from engine.lanes import lane_threads, resolve_lanes, use_threads
 from engine.metrics import EngineMetrics
 from engine.model_verbs import ModelVerbs
-from engine.observed import ObservedProfiles
-from engine.paths import Paths
-from engine.queues import Admitted, QueueEntry, SessionQueues
+from engine.queues import Admitted
 from engine.requests import Dropped, Request, Result
-from engine.scheduler import Plan, Policy, make_policy
+from engine.scheduler import Policy, make_policy
 from engine.servables import ModelManager
 from models.repository import ModelRepository
 
@@ -62,17 +61,12 @@ class Engine(ModelVerbs):
         self.clock = clock
         self.policy = make_policy(policy) if isinstance(policy, str) else policy
         self.metrics = EngineMetrics()
-        # inside the engine; tests inspect it
-        self.manager = ModelManager(repository, device, threads=self.lane_threads, share=share)
-        self._cond = threading.Condition(self.manager.lock)
-        self.arbiter = DeviceArbiter(self._cond, self.metrics, self.lanes)
-        self.queues = SessionQueues(max_queue)
-        self.observed = ObservedProfiles(adapt_profiles)
-        self.admission = Admission(self.manager, self.queues, self.observed, self.policy, self.metrics, share, clock,
-                                   self.lanes)
-        self.paths = Paths(self._cond, self.manager, self.queues, self.admission, self.observed, clock)
-        self._closing = False
-        self._busy_ms = 0.0
+        self.core = EngineCore(ModelManager(repository, device, threads=self.lane_threads, share=share), self.policy,
+                               self.metrics, clock, max_queue, share, adapt_profiles, self.lanes)
+        # the core's, named here for the model verbs, the LLM's turns and tests
+        self.manager = self.core.manager
+        self.observed = self.core.observed
+        self.arbiter = self.core.arbiter
         self._started_ms = clock()
         self._post = ThreadPoolExecutor(postprocess_workers, thread_name_prefix="engine-post")
         self._threads = [threading.Thread(target=self._loop, name=f"engine-{device}-{i}", daemon=True)
@@ -87,82 +81,32 @@ class Engine(ModelVerbs):
     def submit_many(self, requests: list[Request]) -> list[Future]:
         """Submit together so requests on the same input share fragments reliably."""
         futures = [Future() for _ in requests]
-        shed = getattr(self.policy, "shed", None)  # fair-share policies count a drop at the door
-        # one hold of the lock for the whole block: with many streams, each acquisition
-        # is a wait behind the others' (and their wait for the GIL)
-        with self._cond:
-            admitted = [self.admission.admit(req, fut, self._closing) for req, fut in zip(requests, futures)]
-            doomed = [a for a in admitted if a is not None and self.admission.hopeless(a)]
-            for a in doomed:
-                self._finished(a)
-                if shed is not None:
-                    shed(a.request.app)
+        admitted, doomed = self.core.admit(requests, futures)
         for a in doomed:  # dropped at the door: no host work spent on them
             self._report_drop(a, "deadline", "the queue ahead cannot clear in time")
-        admitted = [None if a in doomed else a for a in admitted]
-        inputs = self.paths.root_inputs(admitted, self._fail)  # host work, outside the lock
-        with self._cond:
-            for i, a in enumerate(admitted):
-                if a is None:
-                    continue
-                try:
-                    self.paths.enqueue(a, a.root, inputs.get(i))
-                except Dropped as exc:
-                    self._fail(a, exc.reason, str(exc))
-                except Exception as exc:  # preprocessing the entry it was to share
-                    self._fail(a, "invalid", f"preprocess: {type(exc).__name__}: {exc}")
-            self._cond.notify_all()
+        inputs = self.core.root_inputs(admitted, self._fail)  # host work, outside the lock
+        self.core.enqueue(admitted, inputs, self._fail)
         return futures
 
-    # -- the loop: schedule -> execute -> update ------------------------------------------------
+    # -- a lane: schedule -> execute -> update ------------------------------------------------------
     def _loop(self) -> None:
         use_threads(self.lane_threads)
         while True:
             try:
-                with self._cond:
-                    plan, batch, dropped = self._schedule()
+                step = self.core.schedule()
             except Exception:  # a scheduling bug must not strand every waiting request
                 log.exception("scheduler failed; failing the queued requests")
-                with self._cond:
-                    dropped = self.queues.take_all("error")
-                self._drop_entries(dropped, "scheduler failure")
+                self._drop_entries(self.core.take_all("error"), "scheduler failure")
                 continue
-            if plan is None:
+            if step is None:
                 return
-            self._drop_entries(dropped)
-            if batch:
-                self._execute(plan.session, batch)
+            self._drop_entries(step.dropped)
+            if step.batch:
+                self._execute(step)
 
-    def _schedule(self) -> tuple[Plan | None, list[QueueEntry], list[tuple[QueueEntry, str]]]:
-        """Under the lock: wait for work, plan, and take the plan's entries off the queues."""
-        while True:
-            if self._closing and self.queues.empty():
-                return None, [], []
-            if self.arbiter.lent():  # another lane lent the device: no batch until the step ends
-                self._cond.wait(0.5)
-                continue
-            if self.arbiter.owed():  # the guest's step before the next batch
-                self.arbiter.lend(by_share=True)
-                continue
-            work = self.queues.work()
-            profiles = {s: self.admission.profile(s) for s in work}
-            plan = self.policy.plan(work, profiles, self.clock()) if work else Plan()
-            dropped = self.queues.take(dict(plan.dropped))
-            batch = self.queues.take_batch(plan.session, plan.batch) if plan.session is not None else []
-            for s, n in self.queues.depths().items():
-                self.metrics.queue_depth.labels(s[:12]).set(n)
-            if batch and plan.probe:
-                self._count_probe(plan.session, batch)
-            if batch or dropped:
-                return plan, batch, dropped
-            timeout_ms = None if plan.wait_until_ms is None else max(0.0, plan.wait_until_ms - self.clock())
-            if self.arbiter.fits_in(timeout_ms):
-                self.arbiter.lend(by_share=False)  # vision's slack: the guest's step costs it nothing
-                continue
-            self._cond.wait(timeout_ms / 1000.0 if timeout_ms is not None else 0.5)
-
-    def _execute(self, session: str, batch: list[QueueEntry]) -> None:
-        info = self.manager.sessions.get(session)
+    def _execute(self, step: Step) -> None:
+        session, batch = step.plan.session, step.batch
+        info = self.core.session(session)
         first, name = batch[0].subscribers[0]
         frag = first.servable.model.fragments[name]
         started = time.perf_counter()
@@ -180,25 +124,11 @@ class Engine(ModelVerbs):
             return
         elapsed_ms = (time.perf_counter() - started) * 1000.0
         self.metrics.batch(info.label.split("/")[0] if info else "?", frag.name, len(batch))
-        ready: list[Admitted] = []
-        with self._cond:
-            self._busy_ms += elapsed_ms
-            if info is not None:
-                self.observed.batch_ran(session, info.profile, len(batch), elapsed_ms)
-                self.metrics.profile_factor.labels(session[:12]).set(round(self.observed.factor(session), 3))
-            self.policy.feedback(session, len(batch), elapsed_ms, min(e.budget_ms for e in batch))
-            for entry, value in zip(batch, outputs):
-                for a, name in entry.subscribers:
-                    if not a.finished and self.paths.advance(a, name, value, self._fail):
-                        ready.append(a)
-            self._cond.notify_all()
+        ready = self.core.update(step, outputs, elapsed_ms, self._fail)
         if ready:
             self._post.submit(self._finish, ready)
 
-    def _count_probe(self, session: str, batch: list[QueueEntry]) -> None:
-        first, name = batch[0].subscribers[0]
-        self.metrics.probe(first.servable.model.spec.name, name)
-
+    # -- results: postprocessing off the lanes ------------------------------------------------------
     def _finish(self, ready: list[Admitted]) -> None:
         """Postprocess the requests a batch completed, each leaf of a model for all of
         them at once (`postprocess_many`), and hand out their results."""
@@ -223,10 +153,8 @@ class Engine(ModelVerbs):
                 host_ms[id(a)] += per_item_ms
         done = [a for a in ready if id(a) not in failed]
         for a in done:
-            self.observed.host_ran(a.request.model, host_ms[id(a)])
-        with self._cond:
-            for a in done:
-                self.manager.release(a.servable)
+            self.core.host_ran(a.request.model, host_ms[id(a)])
+        self.core.release(done)
         for a in done:
             req = a.request
             latency = self.clock() - req.capture_ms
@@ -246,37 +174,14 @@ class Engine(ModelVerbs):
             failed.add(id(a))
             return None
 
-    def _drop_entries(self, dropped: list[tuple[QueueEntry, str]], detail: str = "") -> None:
-        """Fail every request on these entries, under one hold of the lock (a plan under
-        overload drops many)."""
-        if not dropped:
-            return
-        failed: dict[int, tuple[Admitted, str]] = {}  # a request on two dropped entries fails once
-        with self._cond:
-            for entry, reason in dropped:
-                for a, _ in entry.subscribers:
-                    if id(a) not in failed and self._may_fail(a, reason):
-                        self._finished(a)
-                        failed[id(a)] = (a, reason)
-        for a, reason in failed.values():
+    def _drop_entries(self, dropped: Drops, detail: str = "") -> None:
+        """Fail every request on these entries."""
+        for a, reason in self.core.claim_entries(dropped) if dropped else []:
             self._report_drop(a, reason, detail)
 
     def _fail(self, a: Admitted, reason: str, detail: str = "") -> None:
-        with self._cond:
-            if not self._may_fail(a, reason):
-                return
-            self._finished(a)
-        self._report_drop(a, reason, detail)
-
-    @staticmethod
-    def _may_fail(a: Admitted, reason: str) -> bool:
-        """Not failed yet, nor finished (an error fails even a finished one)."""
-        return not a.future.done() and (not a.finished or reason == "error")
-
-    def _finished(self, a: Admitted) -> None:
-        """Under the lock: `a` is done with its servable."""
-        a.finished = True
-        self.manager.release(a.servable)
+        if self.core.claim(a, reason):
+            self._report_drop(a, reason, detail)
 
     def _report_drop(self, a: Admitted, reason: str, detail: str) -> None:
         req = a.request
@@ -285,20 +190,10 @@ class Engine(ModelVerbs):
 
     # -- reports ------------------------------------------------------------------------------------
     def load_report(self) -> dict:
-        with self._cond:
-            elapsed = max(1.0, self.clock() - self._started_ms)
-            return {"device": self.device, "lanes": self.lanes,
-                    "busy_fraction": round(self._busy_ms / elapsed / self.lanes, 4),
-                    "guest": self.arbiter.report(),
-                    "queues": {self.manager.sessions[s].label: n for s, n in self.queues.depths().items()
-                               if s in self.manager.sessions}}
+        return {"device": self.device, "lanes": self.lanes, **self.core.load_report(self._started_ms, self.lanes)}
 
     def close(self, drain: bool = True, timeout_s: float = 30.0) -> None:
-        with self._cond:
-            self._closing = self.arbiter.closing = True
-            dropped = [] if drain else self.queues.take_all("shutdown")
-            self._cond.notify_all()
-        self._drop_entries(dropped)
+        self._drop_entries(self.core.close(drain))
         for thread in self._threads:
             thread.join(timeout_s)
         self._post.shutdown(wait=True)

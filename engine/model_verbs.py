@@ -2,25 +2,22 @@
 loaded and how fast it runs.
 
 The engine (engine/engine.py) takes these from `ModelVerbs`; they reach the model
-manager (engine/servables.py) under the engine's lock, so a version is never swapped
-in the middle of a plan. Plain data in and out, as a cluster backend exposes them.
+manager (engine/servables.py) under the lock of the engine's core (engine/core.py), so
+a version is never swapped in the middle of a plan. Plain data in and out, as a cluster backend exposes them.
 """
 
 from __future__ import annotations
 
-import threading
-
-from engine.admission import Admission
+from engine.core import EngineCore
 from engine.metrics import EngineMetrics
 from engine.profiles import Profile
 from engine.servables import ModelManager
 
 
 class ModelVerbs:
-    manager: ModelManager
+    core: EngineCore
+    manager: ModelManager  # the core's
     metrics: EngineMetrics
-    admission: Admission
-    _cond: threading.Condition
 
     def load(self, name: str, versions: list[int] | None = None) -> list[int]:
         loaded = self.manager.load(name, versions)
@@ -46,21 +43,27 @@ class ModelVerbs:
     def labels(self, name: str, version: int | str | None = None) -> tuple[str, ...]:
         """The class labels of the loaded version a request with this version would get
         (LookupError when none is)."""
-        with self._cond:
+        with self.core.lock:
             return tuple(self.manager.resolve(name, version).model.spec.labels)
+
+    def resolve_version(self, name: str, version: int | str | None = None) -> int:
+        """The loaded version a request with this version (a number, a label, or None for
+        the latest) would get; LookupError naming what is loaded when none is."""
+        with self.core.lock:
+            return self.manager.resolve(name, version).version
 
     def domain(self, name: str, version: int | str | None = None) -> str | None:
         """What the version a request would get was trained on (model.yaml's domain)."""
-        with self._cond:
+        with self.core.lock:
             return self.manager.resolve(name, version).model.spec.domain
 
     def versions(self, name: str) -> list[int]:
-        with self._cond:
+        with self.core.lock:
             return sorted(self.manager.versions.get(name, {}))
 
     def fragment_profiles(self, name: str, version: int | str | None = None) -> list[Profile]:
         """The stored profiles of a loaded version's fragments, root first."""
-        with self._cond:
+        with self.core.lock:
             model = self.manager.resolve(name, version).model
             return [self.manager.sessions[f.hash].profile for f in model.fragments.values()]
 
@@ -69,7 +72,7 @@ class ModelVerbs:
         return self.manager.loading == 0
 
     def profiles(self) -> dict[str, dict]:
-        with self._cond:
+        with self.core.lock:
             return {info.label: info.profile.to_dict() for info in self.manager.sessions.values()}
 
     def models(self) -> dict:
@@ -77,10 +80,10 @@ class ModelVerbs:
 
     def selections(self) -> list[dict]:
         """Every adaptive-selection switch (the newest 10,000)."""
-        with self._cond:
-            return list(self.admission.selector.switches)
+        with self.core.lock:
+            return list(self.core.admission.selector.switches)
 
     def _mark_random(self, name: str) -> None:
-        with self._cond:
+        with self.core.lock:
             for v, s in self.manager.versions.get(name, {}).items():
                 self.metrics.random_weights.labels(name, str(v)).set(1 if s.model.random_weights else 0)

@@ -15,7 +15,9 @@ from core.classes import Classes
 from core.detections import Detections
 from core.events import Event
 from core.frames import Frame
+from engine.arbiter import DeviceArbiter
 from engine.metrics import EngineMetrics
+from engine.profiles import Profile
 from engine.requests import Request
 from models.repository import ModelRepository
 from streams import FrameBlock
@@ -84,6 +86,40 @@ class EngineVerbs(Protocol):
     def submit_many(self, requests: list[Request]) -> list[Future]: ...
 
     def close(self, drain: bool = True, timeout_s: float = 30.0) -> None: ...
+
+
+class EngineBoundary(EngineVerbs, Protocol):
+    """The rest of what the server takes from the engine: the model verbs of the REST
+    and gRPC APIs, reports, and the device its guest (the LLM) takes turns on."""
+
+    arbiter: DeviceArbiter
+    clock: Callable[[], float]
+
+    @property
+    def ready(self) -> bool:
+        """No load is in progress."""
+
+    def submit(self, request: Request) -> Future: ...
+
+    def ensure_loaded(self, name: str) -> None: ...
+
+    def unload(self, name: str, version: int | None = None) -> list[int]: ...
+
+    def reload(self, name: str) -> dict[str, list[int]]: ...
+
+    def set_label(self, name: str, label: str, version: int) -> None: ...
+
+    def versions(self, name: str) -> list[int]: ...
+
+    def fragment_profiles(self, name: str, version: int | str | None = None) -> list[Profile]: ...
+
+    def profiles(self) -> dict[str, dict]: ...
+
+    def models(self) -> dict: ...
+
+    def selections(self) -> list[dict]: ...
+
+    def load_report(self) -> dict: ...
 
 
 class SinkFull(Exception):

@@ -11,7 +11,6 @@ import pytest
 from cluster.engine_backend import Asked
 from cluster.front import ClusterEngine
 from core.detections import Detections
-from engine.engine import Engine
 from engine.requests import Dropped, Request, Result
 from models.repository import ModelRepository
 from vigil.settings import MODELS_DIR
@@ -47,7 +46,7 @@ class Clock:
 def front():
     clock, router = Clock(), FakeRouter()
     engine = ClusterEngine(ModelRepository(MODELS_DIR), None, router, {}, "test", clock)
-    Engine.load(engine, "scenedet", [2])  # here only: no scheduler to tell
+    engine.local.load("scenedet", [2])  # here only: no scheduler to tell
     yield engine, router, clock
     engine.close()
 

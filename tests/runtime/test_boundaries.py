@@ -16,11 +16,12 @@ from cluster.front import ClusterEngine
 from cluster.ingest import RemoteStream
 from engine.engine import Engine
 from runtime import boundaries
-from runtime.boundaries import EngineVerbs, RunningApp, Stream
+from runtime.boundaries import EngineBoundary, EngineVerbs, RunningApp, Stream
 from streams.live import ManagedStream
 
 ABSENT = object()
-SIDES = {Stream: (ManagedStream, RemoteStream), RunningApp: (App, ActorApp), EngineVerbs: (Engine, ClusterEngine)}
+SIDES = {Stream: (ManagedStream, RemoteStream), RunningApp: (App, ActorApp), EngineVerbs: (Engine, ClusterEngine),
+         EngineBoundary: (Engine, ClusterEngine)}
 
 
 def members(protocol) -> tuple[dict, set]:

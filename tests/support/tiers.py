@@ -21,6 +21,7 @@ tests/conftest.py registers).
 from __future__ import annotations
 
 import json
+import importlib
 import os
 import subprocess
 from pathlib import Path
@@ -155,6 +156,10 @@ _original_execute_child = subprocess.Popen._execute_child
 
 
 def register(config) -> None:
+    # torch's first import of torch.cuda asks ldconfig where libdl is (cuda.pathfinder):
+    # a process of the interpreter's, not of whichever test happens to import torch first
+    importlib.import_module("torch.cuda")
+
     tiers = Tiers(config)
     config.pluginmanager.register(tiers, "vigil-tiers")
 
