@@ -43,7 +43,7 @@ from runtime.pipeline import (AppRunner, BlockPipeline, InFlight, RunError, buil
 from runtime.snapshots import SnapshotWriter
 from runtime.video import VideoWriter
 from sample_videos.range import from_the_range
-from streams import FrameBlock, SourceError, SourceOptions, cut_blocks, open_source
+from streams import FrameBlock, SourceError, SourceInfo, SourceOptions, cut_blocks, open_source
 
 log = logging.getLogger("vigil.run")
 REAL_APPS = ("people-counter", "vehicle-counter", "motion")  # on the pretrained COCO detector
@@ -98,13 +98,7 @@ def run_offline(source: str, specs: list[AppSpec], options: RunOptions,
                 clock: Callable[[], float] = monotonic_ms) -> dict:
     """Runs to the end of the source (or max_frames). Returns the summary, which has an
     `error` when the source failed part-way; outputs are written either way."""
-    if not specs:
-        raise RunError("no apps to run")
-    names = [s.name for s in specs]
-    if len(set(names)) != len(names):
-        raise RunError(f"app names must be unique; got {names}")
-    if options.clips and not Path(source).is_file():
-        raise RunError(f"--clips cuts events' clips from a video file; {source} is not one")
+    _check_run(source, specs, options)
     try:
         device = resolve_device(options.device)
         src = open_source(source, options=SourceOptions(realtime=options.realtime), clock=clock)
@@ -129,13 +123,8 @@ def run_offline(source: str, specs: list[AppSpec], options: RunOptions,
     started = time.perf_counter()
     detections_path = out / "detections.jsonl"
     shots = SnapshotWriter(out / "snapshots", retain_days=3650.0, max_mb=10_000_000.0) if options.snapshots else None
-
     clips = FileClips(Path(source), out / "clips", options.clip_pre_s, options.clip_post_s) if options.clips else None
-    # app -> kind -> what it warns of: its model's domain, and a crowd it reported at any time
-    warnings: dict[str, dict[str, str]] = {r.app.name: {"domain": r.domain_warning} for r in runners
-                                           if r.domain_warning}
-    for name, said in warnings.items():
-        log.warning("app %s: %s", name, said["domain"])
+    warnings = _domain_warnings(runners)
 
     def emit(events: list[Event], frames: FrameBlock | None) -> None:
         events = shots.attach(events, frames) if shots else events
@@ -171,8 +160,38 @@ def run_offline(source: str, specs: list[AppSpec], options: RunOptions,
                 writer.close()
             progress.close()
             engine.close()
-    wall_s = time.perf_counter() - started
-    summary = {
+    summary = _summary(info, device, options, runners, engine, warnings, frames_decoded,
+                       time.perf_counter() - started, error)
+    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    return summary
+
+
+def _check_run(source: str, specs: list[AppSpec], options: RunOptions) -> None:
+    """RunError for a run that cannot start: no apps, two apps of one name, clips of no file."""
+    if not specs:
+        raise RunError("no apps to run")
+    names = [s.name for s in specs]
+    if len(set(names)) != len(names):
+        raise RunError(f"app names must be unique; got {names}")
+    if options.clips and not Path(source).is_file():
+        raise RunError(f"--clips cuts events' clips from a video file; {source} is not one")
+
+
+def _domain_warnings(runners: list[AppRunner]) -> dict[str, dict[str, str]]:
+    """app -> kind -> what it warns of (its model's domain; a crowd it reports at any time
+    is added as the run goes): at the start, each app whose model was trained on other
+    footage than this source's, logged once here."""
+    warnings = {r.app.name: {"domain": r.domain_warning} for r in runners if r.domain_warning}
+    for name, said in warnings.items():
+        log.warning("app %s: %s", name, said["domain"])
+    return warnings
+
+
+def _summary(info: SourceInfo, device: str, options: RunOptions, runners: list[AppRunner], engine: Engine,
+             warnings: dict[str, dict[str, str]], frames_decoded: int, wall_s: float, error: str | None) -> dict:
+    """summary.json: the run, each app's counts and metrics, and where the outputs are."""
+    out = options.out_dir
+    return {
         "source": info.url,
         "device": device,
         "policy": options.policy,
@@ -186,13 +205,11 @@ def run_offline(source: str, specs: list[AppSpec], options: RunOptions,
         "batch_sizes": engine.metrics.batch_histograms(),
         "outputs": {"summary": str(out / "summary.json"), "events": str(out / "events.jsonl"),
                     "video": str(out / "annotated.mp4") if options.video else None,
-                    "detections": str(detections_path) if options.detections else None,
+                    "detections": str(out / "detections.jsonl") if options.detections else None,
                     "snapshots": str(out / "snapshots") if options.snapshots else None,
                     "clips": str(out / "clips") if options.clips else None},
         "error": error,
     }
-    (out / "summary.json").write_text(json.dumps(summary, indent=2))
-    return summary
 
 
 def _app_summary(runner: AppRunner, engine: Engine) -> dict:

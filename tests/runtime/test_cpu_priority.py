@@ -84,10 +84,10 @@ def test_the_lower_priority_streams_threads_go_to_the_background(short_clip):
         workers[name] = w.start()
 
     def nices(w: StreamWorker) -> list[int | None]:
-        return [nice_of(w._thread.native_id), nice_of(w.stream.native_id)]
+        return [nice_of(w.native_id), nice_of(w.stream.native_id)]
 
     def policies(w: StreamWorker) -> list[int | None]:
-        return [policy_of(w._thread.native_id), policy_of(w.stream.native_id)]
+        return [policy_of(w.native_id), policy_of(w.stream.native_id)]
 
     try:
         wait_for(lambda: nices(workers["low"]) == [BASE + BACKGROUND_NICE] * 2, 30, "the low stream in the background")

@@ -1,9 +1,9 @@
-"""State with one owning thread: an app's objects belong to its stream's worker thread,
-and a stream's frame filter to its decoder thread. Readers and writers on other threads
-(the API's, as `GET /v1/apps/{name}` and the worker's demand) go through what the owner
-publishes, never the objects themselves. Each test records the threads that touch the
-owned objects while other threads hammer them, with the interpreter switching threads
-as often as it can."""
+"""State with one owning thread: an app's objects belong to its stream's block loop
+thread (`blocks-<stream>`), and a stream's frame filter to its decoder thread. Readers
+and writers on other threads (the API's, as `GET /v1/apps/{name}`, and the block loop
+setting the stream's demand) go through what the owner publishes, never the objects
+themselves. Each test records the threads that touch the owned objects while other
+threads hammer them, with the interpreter switching threads as often as it can."""
 
 from __future__ import annotations
 
@@ -73,7 +73,7 @@ def test_an_apps_counts_are_read_from_what_its_worker_published(short_clip, monk
     finally:
         w.stop()
         engine.close()
-    assert touches.threads == {"worker-s"}, touches.threads
+    assert touches.threads == {"blocks-s"}, touches.threads
 
 
 def test_a_streams_frame_filter_is_its_decoder_threads_alone(short_clip, monkeypatch, switching):
@@ -86,7 +86,7 @@ def test_a_streams_frame_filter_is_its_decoder_threads_alone(short_clip, monkeyp
     try:
         delivered = 0
         for i, frame in enumerate(stream.frames()):
-            # as the worker does after every block, on its own thread (this one)
+            # as the block loop does after every block, on its own thread (this one)
             stream.set_demand((truth["fps"] / 3, truth["fps"] / 2, None)[i % 3])
             delivered += frame is not None
             if delivered >= 3 * len(truth["frames"]):

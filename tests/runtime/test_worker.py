@@ -49,10 +49,10 @@ def test_an_app_that_raises_fails_alone(worker, monkeypatch):
         w.set_app(parse_spec({"name": name, "detector": "motion", "fps": 5}))
     wait_for(lambda: status(w, "broken")[0] == "failed", 30, "the broken app marked failed")
     assert "OverflowError: cannot convert float infinity" in status(w, "broken")[1]
-    frames = w._runners["fine"].app.num_frames
-    wait_for(lambda: w._runners["fine"].app.num_frames > frames + 5, 30, "the other app goes on")
+    frames = w.apps._runners["fine"].app.num_frames
+    wait_for(lambda: w.apps._runners["fine"].app.num_frames > frames + 5, 30, "the other app goes on")
     assert status(w, "fine") == ("running", None)
-    assert w._thread.is_alive() and "broken" not in w._runners
+    assert w.running and "broken" not in w.apps._runners
     w.set_app(parse_spec({"name": "broken", "detector": "motion", "fps": 5}))  # adding it again restarts it
     wait_for(lambda: status(w, "broken")[0] == "running", 30, "restarted")
 
@@ -81,7 +81,7 @@ def test_a_file_not_paced_is_analysed_whole_however_late(short_clip, realtime):
                           "slo_ms": 1000}))
     w.start()
     try:
-        wait_for(lambda: stream.stats.status == "ended" and not w._thread.is_alive(), 120, "the clip to end")
+        wait_for(lambda: stream.stats.status == "ended" and not w.running, 120, "the clip to end")
     finally:
         w.stop()
         engine.close()
