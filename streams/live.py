@@ -2,17 +2,22 @@
 the process.
 
 A `ManagedStream` owns one decoder thread and one bounded buffer; the thread builds each
-`Frame` once and the stream's worker takes them from the buffer. For a live source
-(`rtsp://`, `http(s)://`, `/dev/videoN`) the thread loops forever: open (with a
-timeout) -> decode into a drop-oldest buffer -> on any failure or end of stream, wait an exponential backoff
-with jitter and open again. Frames of a live source carry wall-clock capture times
-(`pts_ms` is epoch milliseconds), so events are stamped in real time; a gap between the
-last frame before a failure and the first after it is counted and reported.
+`Frame` once and the stream's worker takes them from the buffer. Every kind of source
+runs the same session on that thread: open a `Video` (streams/source.py) -> the one
+decode loop (streams/decode.py) -> pace a file (streams/pacing.py) -> the buffer.
 
-A file (or `synthetic://`) is paced at its own frame rate by default, the way a camera
-would deliver it (`realtime: false` decodes as fast as the pipeline consumes, with
-back-pressure), may loop, and ends with status `ended`; a file that cannot be decoded
-ends `failed` with the decoder's message, because retrying cannot heal it.
+For a live source (`rtsp://`, `http(s)://`, `/dev/videoN`) the thread loops forever:
+open (with a timeout) -> decode into a drop-oldest buffer -> on any failure or end of
+stream, wait an exponential backoff with jitter and open again. Frames of a live source
+carry wall-clock capture times (`pts_ms` is epoch milliseconds), so events are stamped
+in real time; a gap between the last frame before a failure and the first after it is
+counted and reported.
+
+A file (or `synthetic://`) is paced at its own frame rate by default, the way the camera
+it stands in for would deliver it (`realtime: false` decodes as fast as the pipeline
+consumes, with back-pressure), may loop, and ends with status `ended`; a file that
+cannot be decoded ends `failed` with the decoder's message, because retrying cannot
+heal it.
 
 Status: connecting | live | reconnecting | ended | failed. Credentials in the URL are
 never logged or reported (`rtsp://***@host/...`).
@@ -28,7 +33,6 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Callable, Iterator, Literal
 
-import av
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -36,9 +40,12 @@ from core.clock import monotonic_ms
 from core.frames import Frame
 from core.numbers import json_int
 from streams.blocks import FrameSampler
+from streams.buffer import END, FrameBuffer
+from streams.decode import SourceError
+from streams.pacing import REALTIME_SERVED, SERVED_MAX_LATE_MS, Pacer, is_paced
 from streams.recording import StreamRecorder
-from streams.source import NonRefSkip, RgbConverter, SourceError, is_transient, open_video, video_stream
-from streams.urls import ffmpeg_options, is_live_url, redact_url, scheme_of, scrub
+from streams.source import LiveVideo, Video, open_video
+from streams.urls import is_live_url, redact_url, scrub
 
 log = logging.getLogger("vigil.streams")
 
@@ -60,9 +67,13 @@ class StreamOptions(BaseModel):
                                                                      "every wait is the cap)")
     max_reconnects: json_int(ge=0, le=1_000_000) | None = Field(None, description="null: forever")
     buffer_frames: json_int(ge=1, le=256) = 32
-    realtime: bool = Field(True, description="files: deliver at the clip's frame rate (false: as fast as "
-                                             "the apps consume, every sampled frame analysed from when the "
-                                             "first app is attached)")
+    # on by default, unlike `vigil run`'s SourceOptions: a served file stands in for a
+    # camera, so it costs what one would and its frames age as one's do (streams/pacing.py)
+    realtime: bool = Field(REALTIME_SERVED, description="files: deliver at the clip's frame rate, as the camera "
+                                                        "a served file stands in for would (false: as fast as the "
+                                                        "apps consume, every sampled frame analysed from when the "
+                                                        "first app is attached); a live source keeps its camera's "
+                                                        "rate either way")
     loop: bool = Field(False, description="files: start again at the end")
 
 
@@ -90,9 +101,6 @@ def backoff_s(attempt: int, options: StreamOptions, rng: random.Random) -> float
     return base * (0.5 + 0.5 * rng.random())
 
 
-_END = object()
-
-
 class ManagedStream:
     """One stream's decoder thread and buffer. `frames()` yields until `stop()` or the end
     of a file; a live stream only ends when stopped."""
@@ -112,13 +120,13 @@ class ManagedStream:
         self.live = is_live_url(url)
         # a file delivered as fast as it is consumed has no real time to keep: its frames
         # are analysed however late, so its results do not depend on the machine's speed
-        self.paced = self.live or self.options.realtime
+        self.paced = is_paced(self.live, self.options.realtime)
         self.clock = clock
         self.wall_ms = wall_ms
         self.stats = StreamStats()
         self._rng = random.Random(seed)
-        self._buffer: queue.Queue = queue.Queue(maxsize=self.options.buffer_frames)
         self._stop = threading.Event()
+        self._buffer = FrameBuffer(self.options.buffer_frames, self._stop, poll_s=0.2)
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name=f"stream-{name}", daemon=True)
         self._next_frame_id = 0
@@ -192,11 +200,11 @@ class ManagedStream:
         look at its own stop flag). Ends after a file's last frame or on stop()."""
         while not self._stop.is_set():
             try:
-                item = self._buffer.get(timeout=poll_s)
+                item = self._buffer.get(poll_s)
             except queue.Empty:
                 yield None
                 continue
-            if item is _END:
+            if item is END:
                 return
             yield item
 
@@ -208,10 +216,10 @@ class ManagedStream:
         ended = self._ended or self._stop.is_set()
         while not ended and len(frames) < most:
             try:
-                item = self._buffer.get(timeout=wait_s) if not frames else self._buffer.get_nowait()
+                item = self._buffer.get(wait_s) if not frames else self._buffer.get_nowait()
             except queue.Empty:
                 break
-            if item is _END:
+            if item is END:
                 self._ended = ended = True
             else:
                 frames.append(item)
@@ -244,7 +252,7 @@ class ManagedStream:
                     if self.options.loop and got_frames:
                         continue
                     self._set(status="ended")
-                    self._finish()
+                    self._buffer.put_waiting(END)
                     return
                 error = "end of stream"
             except SourceError as exc:
@@ -252,7 +260,7 @@ class ManagedStream:
                 if not self.live and not exc.transient:  # a damaged file does not heal by retrying
                     self._set(status="failed", last_error=error)
                     log.warning("stream %s failed: %s", self.name, error)
-                    self._finish()
+                    self._buffer.put_waiting(END)
                     return
             except Exception as exc:  # a decoder bug must not take the server down
                 error = scrub(f"{type(exc).__name__}: {exc}", self.url, self.redacted)
@@ -261,7 +269,7 @@ class ManagedStream:
                 return
             if self.options.max_reconnects is not None and self.stats.reconnects >= self.options.max_reconnects:
                 self._set(status="failed", last_error=error)
-                self._finish()
+                self._buffer.put_waiting(END)
                 return
             wait_s = backoff_s(attempt, self.options, self._rng)
             attempt += 1
@@ -272,140 +280,69 @@ class ManagedStream:
             log.warning("stream %s (%s): %s; reconnecting in %.1f s", self.name, self.redacted, error, wait_s)
             self._stop.wait(wait_s)
 
-    def _finish(self) -> None:
-        self._put_waiting(_END)
-
-    def _put_waiting(self, item) -> None:
-        """Puts into the buffer, waiting for room until the stream is stopped."""
-        while not self._stop.is_set():
-            try:
-                self._buffer.put(item, timeout=0.2)
-                return
-            except queue.Full:
-                continue
-
     def _deliver(self, frame: Frame) -> None:
         with self._lock:
             self.stats.frames_decoded += 1
-        if not self.live:  # back-pressure: a file waits for the pipeline
-            self._put_waiting(frame)
+        if not self.live:
+            self._buffer.put_waiting(frame)  # back-pressure: a file waits for the pipeline
             return
-        while True:  # drop-oldest: a live camera never waits for us
-            try:
-                self._buffer.put_nowait(frame)
-                return
-            except queue.Full:
-                try:
-                    self._buffer.get_nowait()
-                    with self._lock:
-                        self.stats.frames_dropped += 1
-                except queue.Empty:
-                    pass
+        dropped = self._buffer.put_dropping(frame)  # drop-oldest: a live camera never waits for us
+        if dropped:
+            with self._lock:
+                self.stats.frames_dropped += dropped
+
+    def _open(self) -> Video:
+        if self.live:
+            o = self.options
+            return LiveVideo(self.url, self.redacted, o.transport, o.open_timeout_s, o.read_timeout_s)
+        return open_video(self.url)
 
     def _session(self) -> Iterator[Frame]:
-        """One connection (or one pass over a file): frames until it ends or fails."""
-        if self.live:
-            yield from self._live_session()
-        else:
-            yield from self._file_session()
-
-    def _live_session(self) -> Iterator[Frame]:
-        scheme = scheme_of(self.url)
-        options = ffmpeg_options(self.url)
-        if scheme in ("rtsp", "rtsps"):
-            options["rtsp_transport"] = self.options.transport
-        try:
-            container = av.open(self.url, format="v4l2" if scheme == "v4l2" else None, options=options,
-                                timeout=(self.options.open_timeout_s, self.options.read_timeout_s))
-        except av.error.FFmpegError as exc:
-            raise SourceError(f"{self.redacted}: cannot open: {_reason(exc)}", is_transient(exc)) from None
-        try:
-            stream, fps = video_stream(container, self.redacted)
-            to_rgb = RgbConverter()
-            skip = NonRefSkip(stream.codec_context, self._due)
-            self._set(width=stream.codec_context.width or None, fps=fps or None)
-            if self.recorder is not None:
-                self.recorder.begin(stream, offset_ms=None)  # a camera's times are the wall clock's
-            try:
-                for packet in container.demux(stream):
-                    if self._stop.is_set():
-                        return
-                    if self.recorder is not None:
-                        self.recorder.write(packet)
-                    skip.before(packet)
-                    try:
-                        decoded = packet.decode()
-                    except av.error.FFmpegError:
-                        with self._lock:
-                            self.stats.decode_errors += 1
-                        continue
-                    for f in decoded:
-                        if f.time is not None:
-                            skip.out(float(f.time) * 1000.0)
-                        if skip.skipped:
-                            with self._lock:
-                                self.stats.frames_not_decoded += skip.take()
-                        if f.time is not None and not self._wanted(float(f.time) * 1000.0):
-                            continue
-                        image = to_rgb(f)
-                        if self.stats.height != image.shape[0] or self.stats.width != image.shape[1]:
-                            self._set(width=image.shape[1], height=image.shape[0])
-                        yield self._frame(self.wall_ms(), image)
-            except av.error.FFmpegError as exc:
-                raise SourceError(f"{self.redacted}: read failed: {_reason(exc)}") from None
-        finally:
-            if self.recorder is not None:
-                self.recorder.end()
-            container.close()
-
-    def _file_session(self) -> Iterator[Frame]:
-        """One pass over a file, decoded on this thread straight into the stream's buffer
-        (no second thread nor queue between them), paced at the clip's frame rate when
-        `realtime`."""
-        video = open_video(self.url)
-        # a new pass over the file starts its times again: its first frame makes a new
-        # filter at the demand then (_sampler)
-        self._demand, self._demand_applied = None, None
-        video.keep, video.due = self._wanted, self._due
+        """One connection, or one pass over a file: its frames, decoded on this thread
+        straight into the stream's buffer (no second thread nor queue between them),
+        until it ends, fails or the stream is stopped. A file is paced at the clip's
+        frame rate when `realtime`; a camera paces itself."""
+        video = self._open()
+        if not self.live:  # a file pass starts its times again at 0: its first frame makes a new filter
+            self._demand, self._demand_applied = None, None
+        video.keep, video.due, video.on_counts, video.stopped = self._wanted, self._due, self._count, self._stop.is_set
         info = video.info
-        self._set(width=info.width, height=info.height, fps=info.fps)
-        frame_ms = 1000.0 / info.fps if info.fps > 0 else 0.0
-        start_clock = self.clock()
-        offset_ms = self._pass_start_ms  # a looped file's time keeps rising
+        self._set(width=info.width or None, height=info.height or None, fps=info.fps or None)
+        offset_ms = None if self.live else self._pass_start_ms  # a looped file's time keeps rising
         if self.recorder is not None and video.stream is not None:
-            self.recorder.begin(video.stream, offset_ms)
+            self.recorder.begin(video.stream, offset_ms)  # a camera's times are the wall clock's: None
             video.on_packet = self.recorder.write
-        first_pts = None
+        pacer = None  # a camera paces itself
+        if self.options.realtime and not self.live:
+            pacer = Pacer(self.clock, self._stop.wait, SERVED_MAX_LATE_MS)
         decoded = video.decode()
         try:
             for pts_ms, image in decoded:
                 if self._stop.is_set():
                     return
-                first_pts = pts_ms if first_pts is None else first_pts
-                if self.options.realtime and frame_ms:
-                    delay = start_clock + (pts_ms - first_pts) - self.clock()
-                    if delay > 0:
-                        self._stop.wait(delay / 1000.0)
-                    elif delay < -1000.0:  # held up (back-pressure): go on from now, no burst
-                        start_clock -= delay
-                yield self._frame(offset_ms + pts_ms, image)
+                if pacer is not None:
+                    pacer.wait(pts_ms)
+                if self.stats.height != image.shape[0] or self.stats.width != image.shape[1]:
+                    self._set(width=image.shape[1], height=image.shape[0])
+                yield self._frame(self.wall_ms() if offset_ms is None else offset_ms + pts_ms, image)
         finally:
-            self._pass_start_ms = offset_ms + (video.frames_decoded + video.frames_skipped
-                                               + video.frames_not_decoded) * frame_ms
             decoded.close()
             video.close()
             if self.recorder is not None:
                 self.recorder.end()
-            with self._lock:
-                self.stats.decode_errors += video.decode_errors
-                self.stats.frames_not_decoded += video.frames_not_decoded
+            if offset_ms is not None and info.fps > 0:
+                seen = video.frames_decoded + video.frames_skipped + video.frames_not_decoded
+                self._pass_start_ms = offset_ms + seen * 1000.0 / info.fps
+
+    def _count(self, decode_errors: int, frames_not_decoded: int) -> None:
+        """The decode loop's counts, published as they happen."""
+        with self._lock:
+            self.stats.decode_errors += decode_errors
+            self.stats.frames_not_decoded += frames_not_decoded
 
     def _frame(self, pts_ms: float, image: np.ndarray) -> Frame:
         frame = Frame(self.name, self._next_frame_id, pts_ms, self.clock(), image)
         self._next_frame_id += 1
         return frame
 
-
-def _reason(exc: Exception) -> str:
-    return getattr(exc, "strerror", None) or str(exc)
 

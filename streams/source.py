@@ -1,12 +1,13 @@
 """Sources: one decoder per stream, feeding a bounded buffer.
 
-`open_video(url)` opens a file path (or `file://`) or
+A `Video` is one pass over a stream's frames, decoded on the caller's thread by the one
+decode loop (streams/decode.py). `open_video(url)` opens a file path (or `file://`) or
 `synthetic://PRESET?seed=S&duration=D&fps=F&size=WxH&density=X` (a clip rendered on the
-fly by `sample_videos`) as a `Video`: one pass over its frames, decoded on the caller's
-thread. `open_source(url)` puts a `Video` on a decoder thread of its own behind a bounded
-buffer (`vigil run`); `vigil serve` decodes on its stream's thread (streams/live.py),
-which also owns the live schemes (`rtsp://`, `http(s)://`, `/dev/videoN`): they need
-reconnects and a drop-oldest buffer, so they are refused here with a clear error. A
+fly by `sample_videos`); `LiveVideo` opens one session of a live source (`rtsp://`,
+`http(s)://`, `/dev/videoN`). `open_source(url)` puts a file's `Video` on a decoder
+thread of its own behind a bounded buffer (`vigil run`); `vigil serve` decodes every
+kind on its stream's thread (streams/live.py), which owns the live schemes: they need
+reconnects and a drop-oldest buffer, so `open_video` refuses them with a clear error. A
 file opens under FFmpeg's whitelists for files (streams/urls.py): the file protocol,
 video containers only.
 
@@ -18,9 +19,7 @@ the damage reaches the consumer before `SourceError` is raised.
 from __future__ import annotations
 
 import errno
-import queue
 import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator, Protocol
@@ -28,39 +27,27 @@ from urllib.parse import parse_qs, urlsplit
 
 import av
 import numpy as np
-from av.video.reformatter import VideoReformatter
 
 from core.clock import Clock, monotonic_ms
 from core.frames import Frame
+from streams.buffer import END, FrameBuffer
+from streams.decode import DecodeLoop, SourceError, is_transient, reason, video_stream
+from streams.pacing import REALTIME_OFFLINE, Pacer
 from streams.urls import ALL_SCHEMES, ffmpeg_options, file_path, redact_url, scheme_of
-
-
-class SourceError(Exception):
-    """A stream cannot be opened or read; the message names the source and the problem.
-    `transient`: the machine, not the source, failed (out of file descriptors or
-    memory), so opening again later can succeed even for a file."""
-
-    def __init__(self, message: str, transient: bool = False) -> None:
-        super().__init__(message)
-        self.transient = transient
-
-
-TRANSIENT_ERRNOS = (errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.EAGAIN)
-
-
-def is_transient(exc: BaseException) -> bool:
-    return getattr(exc, "errno", None) in TRANSIENT_ERRNOS
 
 
 @dataclass(frozen=True)
 class SourceOptions:
+    """How `open_source` reads a file or rendered clip (`vigil run`)."""
+
     max_buffer_frames: int = 32
     # consecutive undecodable packets tolerated (and counted) before giving up
     max_consecutive_errors: int = 25
-    # deliver each frame when a camera would have captured it (the first one now, the
-    # others at their presentation times after it), stamped with that time: a consumer
-    # that falls behind sees its frames age as a live stream's would
-    realtime: bool = False
+    # deliver each frame when a camera would have captured it (streams/pacing.py),
+    # stamped with that time: a consumer that falls behind sees its frames age as a live
+    # stream's would. Off: an offline run analyses every frame however slow the
+    # machine, so its results depend on the file alone (`vigil run --realtime` sets it)
+    realtime: bool = REALTIME_OFFLINE
 
     def __post_init__(self) -> None:
         if self.max_buffer_frames < 1:
@@ -87,106 +74,19 @@ class Source(Protocol):
     def close(self) -> None: ...
 
 
-# A frame larger than this is decoded by a pool of slice threads, a smaller one on the
-# caller's thread alone. A 360p H.264 frame took 0.55 ms of CPU on one thread and 0.68
-# ms on the pool, which also woke its threads twice a frame: with one decoder per
-# camera the cameras are the parallelism, and the pool's cost came out of the engine's
-# CPU. A 4K frame on one thread is too slow for a live camera's rate.
-SLICE_THREADS_ABOVE_PIXELS = 1920 * 1080
-
-
-def video_stream(container, shown: str):
-    """The container's first video stream, set up for decoding (slice threads only for
-    frames above `SLICE_THREADS_ABOVE_PIXELS` or of unknown size), and its frame rate
-    (0.0 when the container does not say). Slice threading, not frame threading: frame
-    threads hold frames in flight that are lost when the input breaks off mid-stream."""
-    if not container.streams.video:
-        raise SourceError(f"{shown}: has no video stream")
-    stream = container.streams.video[0]
-    stream.thread_type = "SLICE"
-    pixels = (stream.codec_context.width or 0) * (stream.codec_context.height or 0)
-    if 0 < pixels <= SLICE_THREADS_ABOVE_PIXELS:
-        stream.codec_context.thread_count = 1
-    rate = stream.average_rate or stream.guessed_rate
-    return stream, float(rate) if rate else 0.0
-
-
-class RgbConverter:
-    """Decoded frames to [H, W, 3] uint8 RGB through one scaler context, on the caller's
-    thread. `frame.to_ndarray(format="rgb24")` builds a new context per frame with threads
-    on "auto", which starts and joins a pool of scaler threads every frame: 1.5 ms a 360p
-    frame against 0.12 ms here (most of a stream thread's CPU at 15 frames/s)."""
-
-    def __init__(self) -> None:
-        self._reformatter = VideoReformatter()
-
-    def __call__(self, frame: av.VideoFrame) -> np.ndarray:
-        # a view of the frame's plane, rows padded where 3 x width is not aligned (854
-        # wide: 2592 bytes a row): made contiguous there, since blocks keep these arrays
-        return np.ascontiguousarray(self._reformatter.reformat(frame, format="rgb24", threads=1).to_ndarray())
-
-
-class NonRefSkip:
-    """Spares the decoder the frames no consumer will take that no other frame refers
-    to (H.264's and HEVC's non-reference frames, FFmpeg's `skip_frame` NONREF): a
-    packet whose time `wanted_at` says is not due is decoded with them skipped. Which
-    packets those were shows only in the frames that do come out, so the times sent
-    with the skip are kept until a frame of that time comes out or the output is
-    `SETTLE_MS` past them: those are the frames never decoded (`skipped`). Counting
-    them keeps a file's frame count, and so its truncation check and its looped
-    times, what it would be with every frame decoded."""
-
-    SETTLE_MS = 2000.0  # past any reordering delay of the codec
-
-    def __init__(self, codec_context, wanted_at: Callable[[float], bool]) -> None:
-        self._codec = codec_context
-        self._wanted_at = wanted_at
-        self._sent: set[float] = set()  # pts_ms of packets sent with the skip, not out yet
-        self._skipping = False
-        self.skipped = 0
-
-    def before(self, packet: av.Packet) -> None:
-        """Sets the skip for this packet: on when its time is known and not due."""
-        skip = False
-        if packet.pts is not None and packet.time_base is not None:
-            pts_ms = float(packet.pts * packet.time_base * 1000.0)
-            skip = not self._wanted_at(pts_ms)
-            if skip:
-                self._sent.add(pts_ms)
-        if skip != self._skipping:
-            self._codec.skip_frame = "NONREF" if skip else "DEFAULT"
-            self._skipping = skip
-
-    def out(self, pts_ms: float) -> None:
-        """A frame came out: its packet was decoded. Times sent well before it are settled."""
-        self._sent.discard(pts_ms)
-        if self._sent and min(self._sent) < pts_ms - self.SETTLE_MS:
-            settled = {t for t in self._sent if t < pts_ms - self.SETTLE_MS}
-            self.skipped += len(settled)
-            self._sent -= settled
-
-    def finish(self) -> None:
-        """The input ended and the decoder is flushed: what never came out was skipped."""
-        self.skipped += len(self._sent)
-        self._sent.clear()
-
-    def take(self) -> int:
-        """The frames known skipped since the last take (a live stream's running count)."""
-        taken, self.skipped = self.skipped, 0
-        return taken
-
-
 class Video:
-    """One pass over a file or a rendered clip: `decode()` yields (pts_ms, [H, W, 3]
-    uint8 RGB) in order on the caller's thread and raises SourceError on failure.
-    `keep(pts_ms)` false: the frame is decoded (the codec needs it) but never converted
-    to RGB nor yielded (a stream's demand, streams/live.py), and counted as skipped.
-    `due(pts_ms)`, where set, says the same without taking the frame: a file decodes
-    without the non-reference frames that are not due (`NonRefSkip`), and counts them
-    in `frames_not_decoded`.
-    `on_packet`: called with each demuxed packet of a file (its recording,
-    streams/recording.py); `stream` is the PyAV stream they come from (None: the video
-    has no packets, a rendered clip)."""
+    """One pass over a stream: `decode()` yields (pts_ms, [H, W, 3] uint8 RGB) in order
+    on the caller's thread and raises SourceError on failure; pts_ms is None only for a
+    live frame its container gives no time. Hooks its owner sets before `decode()`:
+    - `keep(pts_ms)` false: the frame is decoded (the codec needs it) but never
+      converted to RGB nor yielded (a stream's demand, streams/live.py), and counted in
+      `frames_skipped`;
+    - `due(pts_ms)` says the same without taking the frame: the non-reference frames not
+      due are not decoded at all (`NonRefSkip`), and counted in `frames_not_decoded`;
+    - `on_packet`: called with each demuxed packet (a recording, streams/recording.py);
+      `stream` is the PyAV stream they come from (None: a rendered clip, no packets);
+    - `on_counts(decode_errors, frames_not_decoded)`: their increments, as they happen;
+    - `stopped()` true: the pass ends quietly at the next packet."""
 
     stream = None
 
@@ -195,12 +95,14 @@ class Video:
         self.keep: Callable[[float], bool] | None = None
         self.due: Callable[[float], bool] | None = None
         self.on_packet: Callable[[av.Packet], None] | None = None
+        self.on_counts: Callable[[int, int], None] | None = None
+        self.stopped: Callable[[], bool] | None = None
         self.frames_decoded = 0  # yielded
         self.frames_skipped = 0  # decoded, not yielded (keep)
         self.frames_not_decoded = 0  # not due, and so not decoded (due)
         self.decode_errors = 0
 
-    def decode(self) -> Iterator[tuple[float, np.ndarray]]:
+    def decode(self) -> Iterator[tuple[float | None, np.ndarray]]:
         raise NotImplementedError
 
     def _wanted(self, pts_ms: float) -> bool:
@@ -210,11 +112,26 @@ class Video:
         self.frames_skipped += 1
         return False
 
+    def _loop(self, container, frame_ms: float | None, max_consecutive_errors: int | None) -> DecodeLoop:
+        """The decode loop over `container`, with this video's hooks."""
+        return DecodeLoop(container, self.stream, self.info.url, keep=self._wanted, due=self.due,
+                          on_packet=self.on_packet, frame_ms=frame_ms, max_consecutive_errors=max_consecutive_errors,
+                          on_counts=self._counted, stopped=self.stopped)
+
+    def _counted(self, decode_errors: int, frames_not_decoded: int) -> None:
+        self.decode_errors += decode_errors
+        self.frames_not_decoded += frames_not_decoded
+        if self.on_counts is not None:
+            self.on_counts(decode_errors, frames_not_decoded)
+
     def close(self) -> None:
         """Idempotent; call it from the thread that decodes."""
 
 
 class FileVideo(Video):
+    """A video file, read whole: a pass that ends short of the frames its container
+    promises, or with none, fails naming the file."""
+
     def __init__(self, path: Path, options: SourceOptions) -> None:
         self.path = path
         self.options = options
@@ -234,47 +151,63 @@ class FileVideo(Video):
         super().__init__(SourceInfo(str(path), width, height, fps, self.stream.frames or None, live=False))
 
     def decode(self) -> Iterator[tuple[float, np.ndarray]]:
-        consecutive, last_error, count = 0, "", 0
-        last_pts_ms = -1.0
-        to_rgb = RgbConverter()
-        skip = None if self.due is None else NonRefSkip(self.stream.codec_context, self.due)
+        loop = self._loop(self._container, 1000.0 / self.info.fps, self.options.max_consecutive_errors)
         try:
-            for packet in self._container.demux(self.stream):
-                if self.on_packet is not None:
-                    self.on_packet(packet)
-                if skip is not None:
-                    skip.before(packet)
-                try:
-                    decoded = packet.decode()
-                except av.error.FFmpegError as exc:
-                    self.decode_errors += 1
-                    consecutive += 1
-                    last_error = str(exc)
-                    if consecutive > self.options.max_consecutive_errors:
-                        raise SourceError(f"{self.path}: corrupt data after frame "
-                                          f"{count + (skip.skipped if skip else 0)}: {last_error}") from None
-                    continue
-                consecutive = 0
-                for frame in decoded:
-                    pts_ms = float(frame.time * 1000.0) if frame.time is not None else count * 1000.0 / self.info.fps
-                    last_pts_ms = pts_ms
-                    count += 1
-                    if skip is not None:
-                        skip.out(pts_ms)
-                    if self._wanted(pts_ms):
-                        yield pts_ms, to_rgb(frame)
-            if skip is not None:
-                skip.finish()
-                count += skip.skipped
-                self.frames_not_decoded += skip.skipped
-            expected = self.info.expected_frames
-            if expected and count < expected - 1:
-                detail = f"; decoder said: {last_error}" if last_error else ""
-                raise SourceError(f"{self.path}: truncated or damaged: decoded {count} of {expected} frames, "
-                                  f"up to {max(last_pts_ms, 0) / 1000:.1f} s{detail}")
-            if count == 0:
-                detail = f" ({last_error})" if last_error else ""
-                raise SourceError(f"{self.path}: no frame could be decoded{detail}")
+            yield from loop.frames()
+            if loop.ended:
+                self._check_whole(loop)
+        finally:
+            self.close()
+
+    def _check_whole(self, loop: DecodeLoop) -> None:
+        count = loop.frames_out + loop.frames_not_decoded
+        expected = self.info.expected_frames
+        if expected and count < expected - 1:
+            detail = f"; decoder said: {loop.last_error}" if loop.last_error else ""
+            raise SourceError(f"{self.path}: truncated or damaged: decoded {count} of {expected} frames, "
+                              f"up to {max(loop.last_pts_ms, 0) / 1000:.1f} s{detail}")
+        if count == 0:
+            detail = f" ({loop.last_error})" if loop.last_error else ""
+            raise SourceError(f"{self.path}: no frame could be decoded{detail}")
+
+    def close(self) -> None:
+        if self._container is not None:
+            self._container.close()
+            self._container = None
+
+
+class LiveVideo(Video):
+    """One session of a live source (`rtsp://`, `http(s)://`, `/dev/videoN`): opened
+    within `open_timeout_s`; a read that stalls `read_timeout_s` fails it. Broken
+    packets are counted and passed over however many (the camera's next keyframe heals
+    them); the input ending or failing ends the session, and reconnecting is the
+    caller's (streams/live.py). `shown`: the URL as errors show it (redacted)."""
+
+    def __init__(self, url: str, shown: str, transport: str = "tcp", open_timeout_s: float = 10.0,
+                 read_timeout_s: float = 10.0) -> None:
+        scheme = scheme_of(url)
+        options = ffmpeg_options(url)
+        if scheme in ("rtsp", "rtsps"):
+            options["rtsp_transport"] = transport
+        try:
+            self._container = av.open(url, format="v4l2" if scheme == "v4l2" else None, options=options,
+                                      timeout=(open_timeout_s, read_timeout_s))
+        except av.error.FFmpegError as exc:
+            raise SourceError(f"{shown}: cannot open: {reason(exc)}", is_transient(exc)) from None
+        try:
+            self.stream, fps = video_stream(self._container, shown)
+        except BaseException:
+            self.close()
+            raise
+        codec = self.stream.codec_context
+        super().__init__(SourceInfo(shown, codec.width or 0, codec.height or 0, fps, None, live=True))
+
+    def decode(self) -> Iterator[tuple[float | None, np.ndarray]]:
+        loop = self._loop(self._container, frame_ms=None, max_consecutive_errors=None)
+        try:
+            yield from loop.frames()
+        except av.error.FFmpegError as exc:
+            raise SourceError(f"{self.info.url}: read failed: {reason(exc)}") from None
         finally:
             self.close()
 
@@ -295,10 +228,10 @@ def _open_container(path: Path):
     except av.error.FFmpegError as exc:
         if is_transient(exc):
             raise SourceError(f"{path}: cannot open now: {exc.strerror}", transient=True) from None
-        reason = getattr(exc, "strerror", None) or str(exc)
+        why = reason(exc)
         if getattr(exc, "errno", None) == errno.EINVAL:  # what a whitelist refusal reads as
-            reason = "not a video container Vigil reads, or not a video at all"
-        raise SourceError(f"{path}: not a video FFmpeg can read ({reason})") from None
+            why = "not a video container Vigil reads, or not a video at all"
+        raise SourceError(f"{path}: not a video FFmpeg can read ({why})") from None
 
 
 class SyntheticVideo(Video):
@@ -344,9 +277,6 @@ def open_video(url: str, options: SourceOptions | None = None) -> Video:
                       "a video file or synthetic://")
 
 
-_END = object()
-
-
 @dataclass(frozen=True)
 class _Failure:
     error: SourceError
@@ -362,8 +292,8 @@ class ThreadedSource:
         self.stream_id = stream_id
         self.options = options
         self.clock = clock
-        self._buffer: queue.Queue = queue.Queue(maxsize=options.max_buffer_frames)
         self._closed = threading.Event()
+        self._buffer = FrameBuffer(options.max_buffer_frames, self._closed)
         self._thread: threading.Thread | None = None
 
     @property
@@ -374,48 +304,37 @@ class ThreadedSource:
         decoded = self.video.decode()
         try:
             for item in decoded:
-                if not self._put(item):
+                if not self._buffer.put_waiting(item):
                     return
-            self._put(_END)
+            self._buffer.put_waiting(END)
         except SourceError as exc:
-            self._put(_Failure(exc))
+            self._buffer.put_waiting(_Failure(exc))
         except Exception as exc:  # a decoder bug must still end the stream cleanly
-            self._put(_Failure(SourceError(f"{self.info.url}: {type(exc).__name__}: {exc}")))
+            self._buffer.put_waiting(_Failure(SourceError(f"{self.info.url}: {type(exc).__name__}: {exc}")))
         finally:
             decoded.close()  # on this thread: the container is closed where it is read
             self.video.close()
-
-    def _put(self, item: object) -> bool:
-        while not self._closed.is_set():
-            try:
-                self._buffer.put(item, timeout=0.1)
-                return True
-            except queue.Full:
-                continue
-        return False
 
     def frames(self) -> Iterator[Frame]:
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name=f"decode-{self.stream_id}", daemon=True)
             self._thread.start()
-        frame_id, origin_ms = 0, None
+        frame_id = 0
+        # paced where the frames are taken, after the buffer: the decoder works ahead, and
+        # a consumer that falls behind sees its frames age as a camera's would
+        pacer = Pacer(self.clock) if self.options.realtime else None
         try:
             while True:
                 item = self._buffer.get()
-                if item is _END:
+                if item is END:
                     return
                 if isinstance(item, _Failure):
                     raise item.error
                 pts_ms, image = item
                 # A file has no capture time of its own: it is captured when the
-                # pipeline takes it, so buffering ahead does not count as latency.
-                capture_ms = self.clock()
-                if self.options.realtime:
-                    origin_ms = capture_ms - pts_ms if origin_ms is None else origin_ms
-                    due_ms = origin_ms + pts_ms
-                    if due_ms > capture_ms:
-                        time.sleep((due_ms - capture_ms) / 1000.0)
-                    capture_ms = due_ms
+                # pipeline takes it (or when it is due), so buffering ahead does not
+                # count as latency.
+                capture_ms = self.clock() if pacer is None else pacer.wait(pts_ms)
                 yield Frame(self.stream_id, frame_id, pts_ms, capture_ms, image)
                 frame_id += 1
         finally:

@@ -153,7 +153,7 @@ def test_after_a_gap_a_frame_closes_the_old_block_and_waits_in_the_new_one():
 
 @pytest.mark.parametrize("fps", [None, 1.0, 5.0, 7.5, 14.9])
 def test_due_says_what_wants_would_do_without_taking_the_frame(fps):
-    """The decoder skips a frame on `due` alone (streams/source.py, NonRefSkip): it must
+    """The decoder skips a frame on `due` alone (streams/decode.py, NonRefSkip): it must
     agree with `wants` on every frame, and asking it must change nothing."""
     import random
 

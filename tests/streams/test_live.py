@@ -188,7 +188,7 @@ def test_http_source_through_ffmpeg_reconnects_at_the_end(bundled_clips):
 
 def test_a_file_that_cannot_open_for_want_of_descriptors_is_retried_not_failed(short_clip, monkeypatch):
     """EMFILE says the machine is short of descriptors, not that the file is bad: the
-    stream reconnects with backoff (it once ended `failed (Too many open files)`)."""
+    stream reconnects with backoff rather than ending `failed`."""
     import errno
 
     import av

@@ -94,7 +94,7 @@ def test_rgb_frames_match_pyav_own_conversion(short_clip):
     import av
     import numpy as np
 
-    from streams.source import RgbConverter
+    from streams.decode import RgbConverter
 
     path, _ = short_clip
     to_rgb = RgbConverter()
@@ -114,7 +114,7 @@ def test_decoder_threads_by_frame_size(tmp_path, size, threads):
     import av
     import numpy as np
 
-    from streams.source import video_stream
+    from streams.decode import video_stream
 
     path = tmp_path / "clip.mp4"
     with av.open(str(path), "w") as out:
@@ -163,7 +163,7 @@ def test_rgb_frames_are_contiguous_whatever_the_row_padding():
     import av
     import numpy as np
 
-    from streams.source import RgbConverter
+    from streams.decode import RgbConverter
 
     frame = av.VideoFrame(854, 480, "yuv420p")
     for plane in frame.planes:
