@@ -20,7 +20,7 @@ its best class, once at `min_confidence`, is the frame's class: a change of it i
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -47,6 +47,31 @@ class TrackState:
     leaving: bool = False  # last seen on the frame's border, moving out across it
     border_box: list[float] | None = None  # its first box at the borders it touches now (see leaving_view)
     size: Size = (None, None)  # (width, height), learned from its boxes clear of the border
+
+    def see(self, seen: list[float], class_id: int, t_ms: float, frame_size: tuple[int, int]) -> list[float]:
+        """Follow the track to its box `seen` (xyxy, at the tracker's precision) on the
+        frame at `t_ms`; returns where its object stands: that box made whole (whole_box)."""
+        box = [round(v, 1) for v in seen]
+        borders = touching(box, frame_size)
+        self._follow_border(box, borders, frame_size)
+        self.size = learned_size(self.size, box, borders)
+        # where it stands is placed at the tracker's own precision, not at the events'
+        # (`box`), and so which borders it touches is too: a tenth of a pixel moves a
+        # foot across a zone's edge a frame sooner or later
+        whole = whole_box(seen, self.size, touching(seen, frame_size))
+        self.class_id, self.last_ms, self.box = class_id, t_ms, box
+        return whole
+
+    def _follow_border(self, box: list[float], borders: Borders, frame_size: tuple[int, int]) -> None:
+        """`borders`: those `box` touches; `self.box` is still the box before."""
+        if not any(borders):
+            self.border_box, self.leaving = None, False
+            return
+        if self.border_box is None or touching(self.border_box, frame_size) != borders:
+            # on its first frame at these borders: the box before; from the next on, the
+            # first box at them, which then touches them too and is kept
+            self.border_box = self.box or box
+        self.leaving = leaving_view(self.border_box, box, frame_size)
 
 
 def _entry(change: ZoneChange) -> dict:
@@ -202,16 +227,7 @@ class App:
             state = self.tracks.get(tid)
             if state is None:
                 state = self.tracks[tid] = TrackState(cid, t_ms, t_ms)
-            seen = [float(v) for v in xyxy]
-            box = [round(v, 1) for v in seen]
-            borders = touching(box, self.frame_size)
-            self._follow_border(state, box, borders)
-            state.size = learned_size(state.size, box, borders)
-            # where it stands is placed at the tracker's own precision, not at the events'
-            # (`box`), and so which borders it touches is too: a tenth of a pixel moves a
-            # foot across a zone's edge a frame sooner or later
-            wholes.append(whole_box(seen, state.size, touching(seen, self.frame_size)))
-            state.class_id, state.last_ms, state.box = cid, t_ms, box
+            wholes.append(state.see([float(v) for v in xyxy], cid, t_ms, self.frame_size))
             self.keeper.seen(tid, state.box, t_ms)
             if not state.started and cid in self._wanted:
                 state.started = True
@@ -219,8 +235,8 @@ class App:
                 events.append(self._event("track_start", t_ms, tid, cid, box=state.box))
         wanted = np.isin(tracked.class_id, self._wanted)
         mine = tracked[wanted]
-        placed = Detections(np.array(wholes, tracked.xyxy.dtype).reshape(-1, 4)[wanted], mine.confidence,
-                            mine.class_id, mine.tracker_id)  # where they stand, for lines and zones
+        # where they stand, for lines and zones
+        placed = replace(mine, xyxy=np.array(wholes, tracked.xyxy.dtype).reshape(-1, 4)[wanted])
 
         def box(tid: int) -> dict:  # where the track is on this frame (an exit may be of a track not seen)
             state = self.tracks.get(tid)
@@ -246,31 +262,13 @@ class App:
         result.tracked = mine
         return events
 
-    def _follow_border(self, state: TrackState, box: list[float], borders: Borders) -> None:
-        """`borders`: those `box` touches."""
-        if not any(borders):
-            state.border_box, state.leaving = None, False
-            return
-        if state.border_box is None or touching(state.border_box, self.frame_size) != borders:
-            # on its first frame at these borders: the box before; from the next on, the
-            # first box at them, which then touches them too and is kept
-            state.border_box = state.box or box
-        state.leaving = leaving_view(state.border_box, box, self.frame_size)
-
     def _same_objects(self, tracked: Detections) -> Detections:
         """The tracker's ids as the app's: a new track on a parked object's box is that
         object back, under its own id."""
         if self.keeper.stationary_s is None or not len(tracked):
             return tracked
-        ids = tracked.tracker_id.copy()
-        for k, (tid, cid, xyxy) in enumerate(zip(tracked.tracker_id, tracked.class_id, tracked.xyxy)):
-            tid = int(tid)
-            if tid in self.keeper.alias:
-                ids[k] = self.keeper.alias[tid]
-            elif tid not in self.tracks:
-                back = self.keeper.returning(tid, [float(v) for v in xyxy], int(cid))
-                ids[k] = tid if back is None else back
-        return Detections(tracked.xyxy, tracked.confidence, tracked.class_id, ids)
+        return tracked.with_tracker_id(self.keeper.app_ids(tracked.tracker_id, tracked.class_id, tracked.xyxy,
+                                                           self.tracks))
 
     def _end_stale_tracks(self, t_ms: float, everything: bool = False) -> list[Event]:
         events: list[Event] = []

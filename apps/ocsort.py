@@ -1,11 +1,10 @@
 """OC-SORT with every track's Kalman filter in one stack of arrays.
 
 Roboflow's `OCSORTTracker` keeps one filter object per track and runs its predict and
-update as tiny matrix products, one track at a time, mostly numpy's per-call overhead:
-0.73 ms a frame on the street clips (13 detections a frame), and more beside the
-engine, which shares the cores. Here the states are one (T, 7, 1) array and the
-covariances one (T, 7, 7) array, so a frame costs a few stacked products whatever T:
-0.33 ms on the same frames.
+update as tiny matrix products, one track at a time, so its cost is mostly numpy's
+per-call overhead, paid once per track, and it shares the cores with the engine. Here
+the states are one (T, 7, 1) array and the covariances one (T, 7, 7) array, so a frame
+costs a few stacked products whatever T.
 
 It is the same algorithm, step for step: the XCYCSR state with the paper's noise, the
 timestamped steps (process noise scaled by the gap outside a 4 ms band of one frame),
@@ -146,6 +145,68 @@ class _Track:
         return self.seen[max(self.seen)]
 
 
+class _FrameClock:
+    """Frame steps between a tracker's timestamps, as the reference derives them: the
+    first frame counts as one nominal frame, a repeated time as a step of 0."""
+
+    def __init__(self, frame_rate: float) -> None:
+        self.frame_rate = frame_rate
+        self.last_t: float | None = None
+
+    def advance(self, t_s: float) -> tuple[float | None, float, float | None]:
+        """(frame step, seconds elapsed, frame rate for the noise band); a step of None
+        for a time that is not finite or goes backwards, which leaves the clock as it was."""
+        if not math.isfinite(t_s):
+            return None, 0.0, None
+        if self.last_t is None:
+            self.last_t = t_s
+            elapsed = 1.0 / self.frame_rate
+            return elapsed * self.frame_rate, elapsed, self.frame_rate
+        if t_s < self.last_t:
+            return None, 0.0, None
+        if t_s == self.last_t:
+            return 0.0, 0.0, None
+        elapsed = t_s - self.last_t
+        self.last_t = t_s
+        return elapsed * self.frame_rate, elapsed, self.frame_rate
+
+
+class _ColourMatch:
+    """`appearance_gate`: which boxes a track may take by colour, and how alike they are.
+    A box's distance to a track is to the nearest of the track's colours (its running
+    mean and its recent ones), a quarter of it for a box that is not clear; NaN where
+    either has none, which the gate passes."""
+
+    def __init__(self, gate: float, weight: float) -> None:
+        self.gate = gate  # the largest colour distance (RGB) a match may have
+        self.weight = weight  # the likeness's share of the first association's cost
+
+    @staticmethod
+    def boxes(looks: Looks | None, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The colours [M, 3] of the boxes at `rows` and whether each is clear [M]: a
+        box with no colour is not."""
+        if looks is None:
+            raise ValueError("this tracker matches by colour (appearance_gate): update needs the boxes' looks")
+        colour = looks.colour[rows]
+        return colour, looks.clear[rows] & np.isfinite(colour).all(1)
+
+    @staticmethod
+    def distance(tracks: list[_Track], colour: np.ndarray, clear: np.ndarray) -> np.ndarray:
+        """(tracks, boxes) distances between the tracks' colours and the boxes' [M, 3]."""
+        mine = np.array([t.looks for t in tracks], np.float32).reshape(-1, 1 + RECENT_LOOKS, 3)
+        distance = np.fmin.reduce(np.linalg.norm(mine[:, :, None, :] - colour[None, None, :, :], axis=3), axis=1)
+        return np.where(clear[None, :], distance, UNCLEAR_WEIGHT * distance)
+
+    def gated(self, iou: np.ndarray, distance: np.ndarray) -> np.ndarray:
+        """`iou` with 0 for the pairs whose colours differ by more than the gate: a box
+        that overlaps a track but shows someone else does not continue it."""
+        return np.where(distance > self.gate, 0.0, iou)  # NaN (nothing to compare) passes
+
+    def likeness(self, distance: np.ndarray) -> np.ndarray:
+        """1 for the same colour, 0 at the gate's distance; NO_LOOK with nothing to compare."""
+        return np.nan_to_num(np.clip(1.0 - distance / self.gate, 0.0, 1.0), nan=NO_LOOK)
+
+
 class OCSort:
     """`update` takes one frame's boxes, scores and time in seconds, and returns which
     detections belong to which track: (detection index, track id or -1 for a young
@@ -160,7 +221,7 @@ class OCSort:
         if not (math.isfinite(frame_rate) and frame_rate > 0):
             raise ValueError(f"frame_rate must be finite and > 0; was {frame_rate}")
         self.max_lost_s = lost_track_buffer / 30.0  # the buffer counts frames at 30 fps
-        self.frame_rate = frame_rate
+        self._clock = _FrameClock(frame_rate)
         # matches after the detection that began a track, as the reference counts them:
         # one fewer than the app's min_hits (apps/tracking.py)
         self.min_hits = minimum_consecutive_frames
@@ -168,19 +229,17 @@ class OCSort:
         self.high_score = high_conf_det_threshold
         self.direction_weight = direction_consistency_weight
         self.delta_t = delta_t
-        self.look_gate = appearance_gate  # the largest colour distance (RGB) a match may have
-        self.look_weight = appearance_weight
+        self._colours = None if appearance_gate is None else _ColourMatch(appearance_gate, appearance_weight)
         self.height_iou = height_iou
         self.tracks: list[_Track] = []
         self._x = np.zeros((0, 7, 1))
         self._p = np.zeros((0, 7, 7))
         self._frames = 0
         self._next_id = 0
-        self._last_t: float | None = None
 
     def update(self, xyxy: np.ndarray, confidence: np.ndarray, t_s: float,
                looks: Looks | None = None) -> tuple[np.ndarray, np.ndarray]:
-        step, elapsed, rate = self._timing(t_s)
+        step, elapsed, rate = self._clock.advance(t_s)
         if step is None:  # time went backwards: the reference leaves its tracks alone
             return np.arange(len(xyxy)), np.full(len(xyxy), -1, np.int64)
         if not self.tracks and not len(xyxy):
@@ -188,11 +247,9 @@ class OCSort:
         is_high = confidence >= self.high_score
         high = np.flatnonzero(is_high)
         boxes, scores = xyxy[high], confidence[high]
-        if self.look_gate is not None and looks is None:
-            raise ValueError("this tracker matches by colour (appearance_gate): update needs the boxes' looks")
-        colour = looks.colour[high] if self.look_gate is not None else np.full((len(high), 3), np.nan, np.float32)
-        clear = looks.clear[high] & np.isfinite(colour).all(1) if self.look_gate is not None \
-            else np.zeros(len(high), bool)
+        colours = self._colours
+        colour, clear = colours.boxes(looks, high) if colours is not None else \
+            (np.full((len(high), 3), np.nan, np.float32), np.zeros(len(high), bool))
         if step > 0:
             self._predict(step, elapsed, rate)
         self._keep([t.lost_s <= self.max_lost_s for t in self.tracks])
@@ -210,12 +267,12 @@ class OCSort:
 
         predicted = xcycsr_to_xyxy(self._x[:, :4, 0]) if self.tracks else np.zeros((0, 4))
         iou = self._overlap(predicted, boxes)
-        distance = self._distance(range(len(self.tracks)), colour, clear) if self.look_gate is not None else None
+        distance = colours.distance(self.tracks, colour, clear) if colours is not None else None
         if distance is not None:
-            iou = self._gated(iou, distance)
+            iou = colours.gated(iou, distance)
         cost = iou + self.direction_weight * self._direction(boxes, scores) if self.direction_weight else iou
         if distance is not None:
-            cost = cost + self.look_weight * self._likeness(distance)
+            cost = cost + colours.weight * colours.likeness(distance)
         pairs, lost, new = self._assign(iou, cost)
         for track, det in pairs:
             matched(track, det)
@@ -223,8 +280,8 @@ class OCSort:
             # the second chance: a lost track's last observation against what is left
             last = np.array([self.tracks[t].last for t in lost])
             iou = self._overlap(last, boxes[new])
-            if self.look_gate is not None:
-                iou = self._gated(iou, self._distance(lost, colour[new], clear[new]))
+            if colours is not None:
+                iou = colours.gated(iou, colours.distance([self.tracks[t] for t in lost], colour[new], clear[new]))
             again, _, left = self._assign(iou, iou)  # IoU alone: no direction term here
             for track, det in again:
                 matched(lost[track], new[det])
@@ -239,23 +296,6 @@ class OCSort:
 
     def forget(self, track_id: int) -> None:
         self._keep([t.tracker_id != track_id for t in self.tracks])
-
-    def _timing(self, t_s: float) -> tuple[float | None, float, float | None]:
-        """(frame step, seconds elapsed, frame rate for the noise band) as the
-        reference derives them; the first frame counts as one nominal frame."""
-        if not math.isfinite(t_s):
-            return None, 0.0, None
-        if self._last_t is None:
-            self._last_t = t_s
-            elapsed = 1.0 / self.frame_rate
-            return elapsed * self.frame_rate, elapsed, self.frame_rate
-        if t_s < self._last_t:
-            return None, 0.0, None
-        if t_s == self._last_t:
-            return 0.0, 0.0, None
-        elapsed = t_s - self._last_t
-        self._last_t = t_s
-        return elapsed * self.frame_rate, elapsed, self.frame_rate
 
     def _predict(self, step: float, elapsed: float, rate: float | None) -> None:
         noise: dict[float | None, np.ndarray] = {}
@@ -337,23 +377,6 @@ class OCSort:
         shared = np.clip(np.minimum(bottom, b[None, :, 3]) - np.maximum(top, b[None, :, 1]), 0, None)
         spanned = np.maximum(bottom, b[None, :, 3]) - np.minimum(top, b[None, :, 1])
         return iou * shared / np.maximum(spanned, 1e-9)
-
-    def _distance(self, tracks, colour: np.ndarray, clear: np.ndarray) -> np.ndarray:
-        """(tracks, boxes) distances between the tracks' colours (the running mean and
-        the recent ones, whichever is nearest) and the boxes', a quarter of it for a box
-        that is not clear; NaN where either has none."""
-        mine = np.array([self.tracks[t].looks for t in tracks], np.float32).reshape(-1, 1 + RECENT_LOOKS, 3)
-        distance = np.fmin.reduce(np.linalg.norm(mine[:, :, None, :] - colour[None, None, :, :], axis=3), axis=1)
-        return np.where(clear[None, :], distance, UNCLEAR_WEIGHT * distance)
-
-    def _gated(self, iou: np.ndarray, distance: np.ndarray) -> np.ndarray:
-        """`iou` with 0 for the pairs whose colours differ by more than the gate: a box
-        that overlaps a track but shows someone else does not continue it."""
-        return np.where(distance > self.look_gate, 0.0, iou)  # NaN (nothing to compare) passes
-
-    def _likeness(self, distance: np.ndarray) -> np.ndarray:
-        """1 for the same colour, 0 at the gate's distance; NO_LOOK with nothing to compare."""
-        return np.nan_to_num(np.clip(1.0 - distance / self.look_gate, 0.0, 1.0), nan=NO_LOOK)
 
     def _spawn(self, boxes: np.ndarray, colour: np.ndarray) -> None:
         if not len(boxes):

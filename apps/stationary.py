@@ -10,12 +10,15 @@ A parked track that does not come back within `park_s` (`PARKED_FOR` times
 `stationary_s`, at most a day) ends then.
 
 Pure bookkeeping on the app's track ids; the app (apps/app.py) maps the tracker's ids
-through `alias`.
+to its own with `app_ids`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Container
 from dataclasses import dataclass, field
+
+import numpy as np
 
 STILL_IOU = 0.6  # a box that overlaps its spell's first box this much has not moved (a 10% wobble)
 PARK_IOU = 0.5  # a new track this close to a parked box is that object back
@@ -79,6 +82,21 @@ class StationaryKeeper:
             del self.parked[best]
             self.alias[tracker_id] = best
         return best
+
+    def app_ids(self, tracker_id: np.ndarray, class_id: np.ndarray, xyxy: np.ndarray,
+                known: Container[int]) -> np.ndarray:
+        """The app's ids [N] for the tracker's boxes (`tracker_id` [N], `class_id` [N],
+        `xyxy` [N, 4]): an alias's parked track, or, for a track not `known` to the app,
+        the parked track it is back as (see `returning`); else the tracker's own."""
+        ids = tracker_id.copy()
+        for k, (tid, cid, box) in enumerate(zip(tracker_id, class_id, xyxy)):
+            tid = int(tid)
+            if tid in self.alias:
+                ids[k] = self.alias[tid]
+            elif tid not in known:
+                back = self.returning(tid, [float(v) for v in box], int(cid))
+                ids[k] = tid if back is None else back
+        return ids
 
     def forget(self, track_id: int) -> list[int]:
         """An ended track; returns the tracker's ids that were aliases of it."""

@@ -23,6 +23,7 @@ sees supervision's `Detections`, and the arrays pass through as they are (no cop
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 
 import numpy as np
 import supervision as sv
@@ -100,7 +101,7 @@ class Tracker:
         for tid, cid in zip(tracker_id.tolist(), detections.class_id[index].tolist()):
             self._votes.setdefault(tid, Counter())[cid] += 1
         voted = np.array([self.track_class(t) for t in tracker_id.tolist()], np.int64)
-        return Detections(detections.xyxy[index], detections.confidence[index], voted, tracker_id)
+        return replace(detections[index], class_id=voted, tracker_id=tracker_id)  # `data` goes with its boxes
 
     def track_class(self, track_id: int) -> int:
         return self._votes[track_id].most_common(1)[0][0]

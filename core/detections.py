@@ -1,6 +1,12 @@
 """`Detections`: the one type for boxes between the engine, trackers, counters and
 annotators. Parallel arrays, validated at construction, indexable by a boolean mask
-or an index array (like supervision's, which it converts to and from)."""
+or an index array, as supervision's `Detections` are.
+
+`data` holds per-box extras (an embedding [N, D], a track's colour [N, 3], a mask
+[N, H, W]), as supervision's `Detections.data` does: every array's first dimension is
+N, and each goes wherever its boxes go (indexing, `with_tracker_id`, `concat`), so a
+stage that selects or reorders boxes never leaves their extras behind or misaligned.
+"""
 
 from __future__ import annotations
 
@@ -15,6 +21,7 @@ class Detections:
     confidence: np.ndarray  # [N] float32
     class_id: np.ndarray  # [N] int64, index into the producer's labels
     tracker_id: np.ndarray = field(default=None)  # [N] int64; -1 = not tracked
+    data: dict[str, np.ndarray] = field(default_factory=dict)  # name -> [N, ...] per-box extras
 
     def __post_init__(self) -> None:
         xyxy = np.asarray(self.xyxy, np.float32).reshape(-1, 4)
@@ -27,6 +34,12 @@ class Detections:
         for name in ("confidence", "class_id", "tracker_id"):
             if len(getattr(self, name)) != n:
                 raise ValueError(f"Detections.{name} has {len(getattr(self, name))} entries; xyxy has {n}")
+        data = {key: np.asarray(value) for key, value in (self.data or {}).items()}  # a copy: the caller's may change
+        for key, value in data.items():
+            if value.ndim == 0 or len(value) != n:
+                raise ValueError(f"Detections.data[{key!r}] must have one entry per box along its first "
+                                 f"dimension; has shape {value.shape}, and xyxy has {n} boxes")
+        object.__setattr__(self, "data", data)
 
     @classmethod
     def empty(cls) -> "Detections":
@@ -35,8 +48,11 @@ class Detections:
     def __len__(self) -> int:
         return len(self.xyxy)
 
-    def __getitem__(self, index: np.ndarray | slice | list) -> "Detections":
-        return Detections(self.xyxy[index], self.confidence[index], self.class_id[index], self.tracker_id[index])
+    def __getitem__(self, index: np.ndarray | slice | list | int) -> "Detections":
+        if isinstance(index, (int, np.integer)):
+            index = [index]  # one box is still [1, ...]: the extras keep their first dimension
+        return Detections(self.xyxy[index], self.confidence[index], self.class_id[index], self.tracker_id[index],
+                          {key: value[index] for key, value in self.data.items()})
 
     @property
     def centers(self) -> np.ndarray:
@@ -53,11 +69,20 @@ class Detections:
         return (self.xyxy[:, 2] - self.xyxy[:, 0]).clip(0) * (self.xyxy[:, 3] - self.xyxy[:, 1]).clip(0)
 
     def with_tracker_id(self, tracker_id: np.ndarray) -> "Detections":
-        return Detections(self.xyxy, self.confidence, self.class_id, tracker_id)
+        return Detections(self.xyxy, self.confidence, self.class_id, tracker_id, self.data)
 
     @staticmethod
     def concat(parts: list["Detections"]) -> "Detections":
+        """The parts' boxes one after another. Empty parts are left out, so an empty
+        part's `data` keys do not matter; the others must all have the same keys."""
+        parts = [p for p in parts if len(p)]
         if not parts:
             return Detections.empty()
+        keys = set(parts[0].data)
+        for k, p in enumerate(parts[1:], 1):
+            if set(p.data) != keys:
+                raise ValueError(f"Detections.concat: every non-empty part needs the same data keys; the first has "
+                                 f"{sorted(keys)}, non-empty part {k} has {sorted(p.data)}")
         return Detections(np.concatenate([p.xyxy for p in parts]), np.concatenate([p.confidence for p in parts]),
-                          np.concatenate([p.class_id for p in parts]), np.concatenate([p.tracker_id for p in parts]))
+                          np.concatenate([p.class_id for p in parts]), np.concatenate([p.tracker_id for p in parts]),
+                          {key: np.concatenate([p.data[key] for p in parts]) for key in parts[0].data})

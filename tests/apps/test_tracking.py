@@ -95,3 +95,16 @@ def test_the_majority_class_is_the_tracks_class():
 def test_bad_fps_is_named():
     with pytest.raises(ValueError, match="fps must be > 0; was 0"):
         Tracker(TrackerOptions(), fps=0)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_each_boxs_extras_come_back_with_it_from_the_tracker(kind):
+    """`Detections.data` goes through the tracker beside its boxes, whichever it keeps
+    and in whatever order it answers."""
+    tracker = Tracker(TrackerOptions(kind=kind, min_hits=1), fps=10.0)
+    for i in range(5):
+        xs = np.array([20.0 + 3 * i, 150.0, 300.0 - 3 * i])
+        given = make_detections([box_at(x, 50) for x in xs])
+        out = tracker.update(Detections(given.xyxy, given.confidence, given.class_id, data={"x": xs}), i * 100.0)
+    assert len(out) == 3
+    np.testing.assert_allclose(out.data["x"], out.centers[:, 0], atol=1e-3)
