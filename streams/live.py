@@ -303,8 +303,9 @@ class ManagedStream:
         until it ends, fails or the stream is stopped. A file is paced at the clip's
         frame rate when `realtime`; a camera paces itself."""
         video = self._open()
-        if not self.live:  # a file pass starts its times again at 0: its first frame makes a new filter
-            self._demand, self._demand_applied = None, None
+        # a session's times start again (a file's pass at 0, a camera or HTTP source opened
+        # again at its own): its first frame makes a new filter
+        self._demand, self._demand_applied = None, None
         video.keep, video.due, video.on_counts, video.stopped = self._wanted, self._due, self._count, self._stop.is_set
         info = video.info
         self._set(width=info.width or None, height=info.height or None, fps=info.fps or None)

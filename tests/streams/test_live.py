@@ -186,6 +186,36 @@ def test_http_source_through_ffmpeg_reconnects_at_the_end(bundled_clips):
         httpd.shutdown()
 
 
+@pytest.mark.slow
+def test_a_sampled_source_delivers_again_after_it_reconnects(bundled_clips):
+    """A source's own times start again when it is opened again (here an HTTP clip at
+    its end; a camera restarted does the same): a stream sampled below its rate keeps
+    delivering frames after the reconnect, not only once the new times pass the old."""
+    import functools
+    import http.server
+    import threading
+
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(bundled_clips[0].parent))
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{httpd.server_address[1]}/{bundled_clips[0].name}"
+    stream = ManagedStream("http", url, StreamOptions(**FAST))
+    stream.set_demand(5.0)
+    stream.start()
+    try:
+        first = []
+        for f in stream.frames(poll_s=0.1):
+            first += [f] if f is not None else []
+            if stream.status()["reconnects"] >= 1:
+                break
+        assert len(first) > 5, "frames of the first pass, at the demanded rate"
+        after = drain(stream, 4.0)
+        assert len(after) > 5, f"{len(after)} frames in 4 s after the reconnect"
+    finally:
+        stream.stop()
+        httpd.shutdown()
+
+
 def test_a_file_that_cannot_open_for_want_of_descriptors_is_retried_not_failed(short_clip, monkeypatch):
     """EMFILE says the machine is short of descriptors, not that the file is bad: the
     stream reconnects with backoff rather than ending `failed`."""

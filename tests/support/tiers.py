@@ -20,8 +20,8 @@ tests/conftest.py registers).
 
 from __future__ import annotations
 
-import json
 import importlib
+import json
 import os
 import subprocess
 from pathlib import Path
