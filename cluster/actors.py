@@ -16,7 +16,7 @@ from typing import Callable
 from cluster.app_host import HostClient
 from cluster.ingest import RemoteStream
 from core.clock import monotonic_ms
-from streams.live import StreamOptions
+from streams.options import StreamOptions
 
 
 class StreamActors:

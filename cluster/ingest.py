@@ -33,7 +33,8 @@ from typing import Callable, Iterator
 
 from core.clock import monotonic_ms
 from core.frames import Frame
-from streams.live import ManagedStream, StreamOptions, StreamStats
+from streams.live import ManagedStream, StreamStats
+from streams.options import StreamOptions
 from streams.recording import RecordingStore
 from streams.urls import is_live_url, redact_url
 

@@ -43,7 +43,7 @@ from runtime.pipeline import (AppRunner, BlockPipeline, InFlight, RunError, buil
 from runtime.snapshots import SnapshotWriter
 from runtime.video import VideoWriter
 from sample_videos.range import from_the_range
-from streams import FrameBlock, SourceError, SourceInfo, SourceOptions, cut_blocks, open_source
+from streams import FrameBlock, SourceError, SourceInfo, StreamOptions, cut_blocks, open_source
 
 log = logging.getLogger("vigil.run")
 REAL_APPS = ("people-counter", "vehicle-counter", "motion")  # on the pretrained COCO detector
@@ -101,7 +101,7 @@ def run_offline(source: str, specs: list[AppSpec], options: RunOptions,
     _check_run(source, specs, options)
     try:
         device = resolve_device(options.device)
-        src = open_source(source, options=SourceOptions(realtime=options.realtime), clock=clock)
+        src = open_source(source, options=StreamOptions(realtime=options.realtime), clock=clock)
     except (ValueError, SourceError) as exc:
         raise RunError(str(exc)) from None
     info = src.info

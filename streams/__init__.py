@@ -2,7 +2,8 @@
 
 from core.frames import Frame, FrameBlock
 from streams.blocks import BlockCutter, FrameSampler, cut_blocks
-from streams.source import Source, SourceError, SourceInfo, SourceOptions, open_source
+from streams.options import StreamOptions
+from streams.source import Source, SourceError, SourceInfo, open_source
 
 __all__ = ["BlockCutter", "Frame", "FrameBlock", "FrameSampler", "Source", "SourceError",
-           "SourceInfo", "SourceOptions", "cut_blocks", "open_source"]
+           "SourceInfo", "StreamOptions", "cut_blocks", "open_source"]

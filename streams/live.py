@@ -34,15 +34,14 @@ from dataclasses import asdict, dataclass
 from typing import Callable, Iterator, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
 
 from core.clock import monotonic_ms
 from core.frames import Frame
-from core.numbers import json_int
 from streams.blocks import FrameSampler
 from streams.buffer import END, FrameBuffer
 from streams.decode import SourceError
-from streams.pacing import REALTIME_SERVED, SERVED_MAX_LATE_MS, Pacer, is_paced
+from streams.options import StreamOptions
+from streams.pacing import SERVED_MAX_LATE_MS, Pacer, is_paced
 from streams.recording import StreamRecorder
 from streams.source import LiveVideo, Video, open_video
 from streams.urls import is_live_url, redact_url, scrub
@@ -50,31 +49,6 @@ from streams.urls import is_live_url, redact_url, scrub
 log = logging.getLogger("vigil.streams")
 
 Status = Literal["connecting", "live", "reconnecting", "ended", "failed"]
-
-
-class StreamOptions(BaseModel):
-    """How a stream is read. Every number is finite and bounded: a NaN backoff would
-    reconnect in a busy loop, an infinite timeout would never give up."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
-
-    transport: Literal["tcp", "udp"] = Field("tcp", description="RTSP transport")
-    open_timeout_s: float = Field(10.0, gt=0, le=300)
-    read_timeout_s: float = Field(10.0, gt=0, le=300)
-    backoff_initial_s: float = Field(0.5, ge=0.05, le=3600)
-    backoff_max_s: float = Field(10.0, ge=0.05, le=3600, description="the cap; each failure doubles the wait "
-                                                                     "up to here (below backoff_initial_s: "
-                                                                     "every wait is the cap)")
-    max_reconnects: json_int(ge=0, le=1_000_000) | None = Field(None, description="null: forever")
-    buffer_frames: json_int(ge=1, le=256) = 32
-    # on by default, unlike `vigil run`'s SourceOptions: a served file stands in for a
-    # camera, so it costs what one would and its frames age as one's do (streams/pacing.py)
-    realtime: bool = Field(REALTIME_SERVED, description="files: deliver at the clip's frame rate, as the camera "
-                                                        "a served file stands in for would (false: as fast as the "
-                                                        "apps consume, every sampled frame analysed from when the "
-                                                        "first app is attached); a live source keeps its camera's "
-                                                        "rate either way")
-    loop: bool = Field(False, description="files: start again at the end")
 
 
 @dataclass
@@ -295,7 +269,7 @@ class ManagedStream:
         if self.live:
             o = self.options
             return LiveVideo(self.url, self.redacted, o.transport, o.open_timeout_s, o.read_timeout_s)
-        return open_video(self.url)
+        return open_video(self.url, self.options)
 
     def _session(self) -> Iterator[Frame]:
         """One connection, or one pass over a file: its frames, decoded on this thread

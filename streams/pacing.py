@@ -1,8 +1,7 @@
 """Pacing: a file delivered the way a camera would deliver it.
 
-A camera paces itself; a file can be read as fast as it decodes. `realtime` (in
-`SourceOptions` for `vigil run`, in `StreamOptions` for a stream `vigil serve` reads)
-asks for a file's frames at their presentation times: the first one now, each later
+A camera paces itself; a file can be read as fast as it decodes. `realtime`
+(streams/options.py) asks for a file's frames at their presentation times: the first one now, each later
 one its pts after it. `Pacer` is the one place that does this, by an injected clock.
 
 The two entry points default differently, each for its own reason:
@@ -24,8 +23,8 @@ from typing import Callable
 
 from core.clock import Clock
 
-REALTIME_OFFLINE = False  # SourceOptions.realtime: `vigil run`
-REALTIME_SERVED = True  # StreamOptions.realtime: `vigil serve`
+REALTIME_OFFLINE = False  # `vigil run` (options.OFFLINE)
+REALTIME_SERVED = True  # StreamOptions' default: `vigil serve`
 
 # A served file that falls this far behind its times (held up by back-pressure: its
 # buffer is full) goes on from now rather than bursting its late frames at once.

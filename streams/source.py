@@ -32,28 +32,9 @@ from core.clock import Clock, monotonic_ms
 from core.frames import Frame
 from streams.buffer import END, FrameBuffer
 from streams.decode import DecodeLoop, SourceError, is_transient, reason, video_stream
-from streams.pacing import REALTIME_OFFLINE, Pacer
+from streams.options import OFFLINE, StreamOptions
+from streams.pacing import Pacer
 from streams.urls import ALL_SCHEMES, ffmpeg_options, file_path, redact_url, scheme_of
-
-
-@dataclass(frozen=True)
-class SourceOptions:
-    """How `open_source` reads a file or rendered clip (`vigil run`)."""
-
-    max_buffer_frames: int = 32
-    # consecutive undecodable packets tolerated (and counted) before giving up
-    max_consecutive_errors: int = 25
-    # deliver each frame when a camera would have captured it (streams/pacing.py),
-    # stamped with that time: a consumer that falls behind sees its frames age as a live
-    # stream's would. Off: an offline run analyses every frame however slow the
-    # machine, so its results depend on the file alone (`vigil run --realtime` sets it)
-    realtime: bool = REALTIME_OFFLINE
-
-    def __post_init__(self) -> None:
-        if self.max_buffer_frames < 1:
-            raise ValueError(f"max_buffer_frames must be >= 1; was {self.max_buffer_frames}")
-        if self.max_consecutive_errors < 0:
-            raise ValueError(f"max_consecutive_errors must be >= 0; was {self.max_consecutive_errors}")
 
 
 @dataclass(frozen=True)
@@ -132,7 +113,7 @@ class FileVideo(Video):
     """A video file, read whole: a pass that ends short of the frames its container
     promises, or with none, fails naming the file."""
 
-    def __init__(self, path: Path, options: SourceOptions) -> None:
+    def __init__(self, path: Path, options: StreamOptions) -> None:
         self.path = path
         self.options = options
         if not path.exists():
@@ -264,13 +245,13 @@ class SyntheticVideo(Video):
                 yield rendered.t_ms, rendered.image
 
 
-def open_video(url: str, options: SourceOptions | None = None) -> Video:
+def open_video(url: str, options: StreamOptions | None = None) -> Video:
     """A file or synthetic:// clip, opened for one pass. Raises SourceError naming the problem."""
     scheme = scheme_of(url)
     if scheme == "synthetic":
         return SyntheticVideo(url)
     if scheme == "file":
-        return FileVideo(file_path(url), options or SourceOptions())
+        return FileVideo(file_path(url), options or OFFLINE)
     if scheme not in ALL_SCHEMES:
         raise SourceError(f"{redact_url(url)}: unknown URL scheme {scheme!r}; use a file path or synthetic://")
     raise SourceError(f"{redact_url(url)}: a live source ({scheme}) runs under `vigil serve`; offline runs take "
@@ -286,14 +267,14 @@ class ThreadedSource:
     """Runs a `Video`'s decode on a daemon thread; `frames()` reads the bounded buffer
     and builds each `Frame`."""
 
-    def __init__(self, video: Video, stream_id: str, options: SourceOptions, clock: Clock = monotonic_ms) -> None:
+    def __init__(self, video: Video, stream_id: str, options: StreamOptions, clock: Clock = monotonic_ms) -> None:
         self.video = video
         self.info = video.info
         self.stream_id = stream_id
         self.options = options
         self.clock = clock
         self._closed = threading.Event()
-        self._buffer = FrameBuffer(options.max_buffer_frames, self._closed)
+        self._buffer = FrameBuffer(options.buffer_frames, self._closed)
         self._thread: threading.Thread | None = None
 
     @property
@@ -346,11 +327,11 @@ class ThreadedSource:
             self.video.close()
 
 
-def open_source(url: str, stream_id: str | None = None, options: SourceOptions | None = None,
+def open_source(url: str, stream_id: str | None = None, options: StreamOptions | None = None,
                 clock: Clock = monotonic_ms) -> ThreadedSource:
     """Open a source from a URL or path, decoded on its own thread. Raises SourceError
     naming the problem."""
-    options = options or SourceOptions()
+    options = options or OFFLINE
     return ThreadedSource(open_video(url, options), stream_id or _default_stream_id(url), options, clock)
 
 

@@ -34,7 +34,8 @@ from core.detections import Detections
 from runtime.offline import RunError, RunOptions, run_offline
 from sample_videos.range import truth_path
 from sample_videos.render import RenderConfig, write_clip
-from streams import FrameSampler, SourceError, SourceOptions, cut_blocks, open_source
+from streams import FrameSampler, SourceError, cut_blocks, open_source
+from streams.options import OFFLINE
 
 WITHIN_MS = 500.0  # how far a stay's measured dwell may be from the truth's
 ON_PERSON_IOU = 0.5  # a track's box this close to an object's is on that object
@@ -195,7 +196,7 @@ def run_on_truth(clip: Clip, specs: list[AppSpec]) -> list[dict]:
                              f"{spec.classes or 'every class'}")
     per_frame = truth_boxes(clip.truth)
     try:
-        src = open_source(str(clip.video), options=SourceOptions())
+        src = open_source(str(clip.video), options=OFFLINE)
     except (ValueError, SourceError) as exc:
         raise RunError(str(exc)) from None
     info = src.info

@@ -16,7 +16,8 @@ from models.repository import ModelRepository
 from runtime.cpu_priority import BACKGROUND_NICE, BATCH_POLICY, ThreadLevel, nice_of, policy_of
 from runtime.load import LoadGovernor
 from runtime.worker import StreamWorker
-from streams.live import ManagedStream, StreamOptions
+from streams.live import ManagedStream
+from streams.options import StreamOptions
 from support.processes import ROOT, wait_for
 
 BASE = os.getpriority(os.PRIO_PROCESS, 0)

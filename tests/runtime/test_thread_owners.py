@@ -20,7 +20,8 @@ from engine.engine import Engine
 from models.repository import ModelRepository
 from runtime.worker import StreamWorker
 from streams.blocks import FrameSampler
-from streams.live import ManagedStream, StreamOptions
+from streams.live import ManagedStream
+from streams.options import StreamOptions
 from support.processes import ROOT, wait_for
 
 pytestmark = pytest.mark.slow  # a looping stream, and the engine, for seconds a test

@@ -10,7 +10,8 @@ from apps.spec import parse_spec
 from engine.engine import Engine
 from models.repository import ModelRepository
 from runtime.worker import StreamWorker
-from streams.live import ManagedStream, StreamOptions
+from streams.live import ManagedStream
+from streams.options import StreamOptions
 from support.processes import ROOT, wait_for
 
 pytestmark = pytest.mark.slow  # a looping stream through the real engine, for seconds a test

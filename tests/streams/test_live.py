@@ -9,7 +9,8 @@ import time
 
 import pytest
 
-from streams.live import ManagedStream, StreamOptions, backoff_s
+from streams.live import ManagedStream, backoff_s
+from streams.options import StreamOptions
 from support.processes import RtspServer, free_port, wait_for
 
 FAST = dict(backoff_initial_s=0.2, backoff_max_s=1.0, open_timeout_s=3.0, read_timeout_s=3.0)

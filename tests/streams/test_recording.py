@@ -13,7 +13,8 @@ import av
 import numpy as np
 import pytest
 
-from streams.live import ManagedStream, StreamOptions
+from streams.live import ManagedStream
+from streams.options import StreamOptions
 from streams.recording import ClipError, RecordingStore, Segment, StreamRecorder, cut_clip, list_segments
 from support.processes import RtspServer, wait_for
 

@@ -5,7 +5,8 @@ import time
 
 import pytest
 
-from streams.source import SourceError, SourceOptions, open_source
+from streams.options import OFFLINE
+from streams.source import SourceError, open_source
 from streams.urls import redact_url
 
 
@@ -68,7 +69,7 @@ def test_synthetic_source_renders_frames():
 
 def test_file_source_applies_back_pressure(short_clip):
     clip, _ = short_clip
-    src = open_source(str(clip), options=SourceOptions(max_buffer_frames=4))
+    src = open_source(str(clip), options=OFFLINE.model_copy(update={"buffer_frames": 4}))
     frames = src.frames()
     next(frames)
     time.sleep(0.3)  # a free-running decoder would finish the whole clip in this time
@@ -79,7 +80,7 @@ def test_file_source_applies_back_pressure(short_clip):
 
 def test_closing_early_stops_the_decoder(short_clip):
     clip, _ = short_clip
-    src = open_source(str(clip), options=SourceOptions(max_buffer_frames=2))
+    src = open_source(str(clip), options=OFFLINE.model_copy(update={"buffer_frames": 2}))
     for i, _ in enumerate(src.frames()):
         if i == 2:
             break
@@ -138,13 +139,13 @@ def test_frames_not_due_are_not_decoded_when_nothing_refers_to_them(fps):
     decoder skips the non-reference frames that are not due; the skipped ones are
     counted, so the pass still accounts for every frame of the file."""
     from streams.blocks import FrameSampler
-    from streams.source import FileVideo, SourceOptions
+    from streams.source import FileVideo
     from support.clips import BUNDLED, load_truth
 
     clip = next(c for c in BUNDLED if c.stem == "street_b")  # encoded with B-frames
     got = {}
     for skip in (False, True):
-        video, sampler = FileVideo(clip, SourceOptions()), FrameSampler(fps)
+        video, sampler = FileVideo(clip, OFFLINE), FrameSampler(fps)
         video.keep = sampler.wants
         video.due = sampler.due if skip else None
         got[skip] = [pts for pts, _ in video.decode()], video

@@ -9,7 +9,7 @@ from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from apps.spec import NAME_PATTERN
-from streams.live import StreamOptions
+from streams.options import StreamOptions
 from vigil.routes.deps import KEY, ServiceDep
 
 router = APIRouter(prefix="/v1/streams", tags=["streams"])

@@ -25,7 +25,8 @@ from runtime.load import LoadGovernor
 from runtime.snapshots import SnapshotWriter
 from runtime.worker import StreamWorker
 from streams import FrameBlock
-from streams.live import ManagedStream, StreamOptions
+from streams.live import ManagedStream
+from streams.options import StreamOptions
 from streams.recording import RecordingStore
 from streams.urls import NoSuchFile, NotAllowed, check_url, is_live_url, redact_url
 from vigil.services.errors import Conflict, Forbidden, Invalid, NotFound, ServiceError
