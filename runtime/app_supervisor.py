@@ -26,10 +26,10 @@ from apps.annotate import Overlay
 from apps.app import App
 from apps.spec import AppSpec
 from core.events import Event
+from core.frames import FrameBlock
 from runtime.boundaries import EngineVerbs, Stream
 from runtime.live_frames import LiveFrames
 from runtime.pipeline import AppRunner, MakeApp, RunError, build_runners, crowd_warning
-from streams import FrameBlock
 from streams.blocks import FrameSampler
 
 WARNING_KINDS = ("domain", "crowd", "quiet")  # an app's warnings, in the order they are shown

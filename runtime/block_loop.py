@@ -24,12 +24,12 @@ import numpy as np
 from apps.annotate import overlay
 from apps.app import FrameResult
 from core.events import Event
+from core.frames import FrameBlock
 from runtime.app_supervisor import AppSupervisor
 from runtime.boundaries import EngineVerbs, EventSink, SinkFull, Stream
 from runtime.cpu_priority import ThreadLevel
 from runtime.load import LoadGovernor
 from runtime.pipeline import AppRunner, BlockPipeline, InFlight, observe_block, submit_block
-from streams import FrameBlock
 from streams.blocks import BlockCutter
 
 log = logging.getLogger("vigil.worker")

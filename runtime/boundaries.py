@@ -14,13 +14,12 @@ from apps.spec import AppSpec
 from core.classes import Classes
 from core.detections import Detections
 from core.events import Event
-from core.frames import Frame
+from core.frames import Frame, FrameBlock
 from engine.arbiter import DeviceArbiter
 from engine.metrics import EngineMetrics
 from engine.profiles import Profile
 from engine.requests import Request
 from models.repository import ModelRepository
-from streams import FrameBlock
 from streams.live import StreamStats
 
 

@@ -33,6 +33,7 @@ from apps.spec import AppSpec
 from core.clock import monotonic_ms
 from core.detections import Detections
 from core.events import Event
+from core.frames import FrameBlock
 from engine.device import resolve_device
 from engine.engine import Engine
 from engine.lanes import MAX_LANES
@@ -43,7 +44,7 @@ from runtime.pipeline import (AppRunner, BlockPipeline, InFlight, RunError, buil
 from runtime.snapshots import SnapshotWriter
 from runtime.video import VideoWriter
 from sample_videos.range import from_the_range
-from streams import FrameBlock, SourceError, SourceInfo, StreamOptions, cut_blocks, open_source
+from streams import SourceError, SourceInfo, StreamOptions, cut_blocks, open_source
 
 log = logging.getLogger("vigil.run")
 REAL_APPS = ("people-counter", "vehicle-counter", "motion")  # on the pretrained COCO detector

@@ -28,12 +28,13 @@ from apps.spec import AppSpec, unknown_classes
 from core.classes import Classes
 from core.detections import Detections
 from core.events import Event
+from core.frames import FrameBlock
 from engine.engine import Engine
 from engine.metrics import SHED_REASONS
 from engine.requests import Dropped, Request
 from models.repository import RepositoryError
 from sample_videos.range import from_the_range
-from streams import FrameBlock, FrameSampler
+from streams import FrameSampler
 
 
 class RunError(Exception):

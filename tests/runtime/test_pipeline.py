@@ -8,8 +8,8 @@ from concurrent.futures import Future
 import numpy as np
 import pytest
 
+from core.frames import Frame, FrameBlock
 from runtime.pipeline import BlockPipeline, InFlight
-from streams import Frame, FrameBlock
 
 
 def test_without_ready_the_oldest_completes_only_when_the_pipeline_is_full():

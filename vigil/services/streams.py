@@ -20,11 +20,11 @@ from apps.spec import NAME_RULE, format_errors, valid_name
 from cluster.actors import StreamActors
 from cluster.app_host import HostClient
 from core.events import Event
+from core.frames import FrameBlock
 from engine.engine import Engine
 from runtime.load import LoadGovernor
 from runtime.snapshots import SnapshotWriter
 from runtime.worker import StreamWorker
-from streams import FrameBlock
 from streams.live import ManagedStream
 from streams.options import StreamOptions
 from streams.recording import RecordingStore
