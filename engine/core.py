@@ -42,6 +42,7 @@ class Step:
     plan: Plan
     batch: list[QueueEntry] = field(default_factory=list)
     dropped: Drops = field(default_factory=list)
+    info: SessionInfo | None = None  # the batch's session, as it was when planned
 
 
 class EngineCore:
@@ -53,7 +54,7 @@ class EngineCore:
         self.queues = SessionQueues(max_queue)
         self.observed = ObservedProfiles(adapt_profiles)
         self.admission = Admission(manager, self.queues, self.observed, policy, metrics, share, clock, lanes)
-        self.paths = Paths(self.lock, manager, self.queues, self.admission, self.observed, clock)
+        self.paths = Paths(manager, self.queues, self.admission, self.observed, clock)
         self.closing = False
         self.busy_ms = 0.0  # device time of every batch run, over all lanes
 
@@ -74,8 +75,11 @@ class EngineCore:
         return [None if a in doomed else a for a in admitted], doomed
 
     def root_inputs(self, admitted: list[Admitted | None], fail: Fail) -> dict[int, Any]:
-        """Each distinct root input preprocessed once, outside the lock (engine/paths.py)."""
-        return self.paths.root_inputs(admitted, fail)
+        """Each distinct root input not queued already, preprocessed once, outside the
+        lock (engine/paths.py)."""
+        with self.lock:
+            todo = [(i, a) for i, a in enumerate(admitted) if a is not None and self.paths.queued(a, a.root) is None]
+        return self.paths.preprocess(todo, admitted, fail)
 
     def enqueue(self, admitted: list[Admitted | None], inputs: dict[int, Any], fail: Fail) -> None:
         with self.lock:
@@ -125,20 +129,15 @@ class EngineCore:
         if batch and plan.probe:
             first, name = batch[0].subscribers[0]
             self.metrics.probe(first.servable.model.spec.name, name)
-        return Step(plan, batch, dropped)
-
-    def session(self, session: str) -> SessionInfo | None:
-        with self.lock:
-            return self.manager.sessions.get(session)
+        return Step(plan, batch, dropped, self.manager.sessions.get(plan.session) if batch else None)
 
     def update(self, step: Step, outputs: list[Any], elapsed_ms: float, fail: Fail) -> list[Admitted]:
         """A batch ran: its time learnt (observed profile, the policy's feedback) and each
         output moved along its requests' paths. The requests it completed."""
-        session, batch = step.plan.session, step.batch
+        session, batch, info = step.plan.session, step.batch, step.info
         ready: list[Admitted] = []
         with self.lock:
             self.busy_ms += elapsed_ms
-            info = self.manager.sessions.get(session)
             if info is not None:
                 self.observed.batch_ran(session, info.profile, len(batch), elapsed_ms)
                 self.metrics.profile_factor.labels(session[:12]).set(round(self.observed.factor(session), 3))
@@ -168,6 +167,8 @@ class EngineCore:
     def claim_entries(self, dropped: Drops) -> list[tuple[Admitted, str]]:
         """The requests on these entries that may fail, each once (a request on two dropped
         entries fails once), under one hold of the lock: a plan under overload drops many."""
+        if not dropped:
+            return []
         claimed: dict[int, tuple[Admitted, str]] = {}
         with self.lock:
             for entry, reason in dropped:

@@ -105,8 +105,7 @@ class Engine(ModelVerbs):
                 self._execute(step)
 
     def _execute(self, step: Step) -> None:
-        session, batch = step.plan.session, step.batch
-        info = self.core.session(session)
+        session, batch, info = step.plan.session, step.batch, step.info
         first, name = batch[0].subscribers[0]
         frag = first.servable.model.fragments[name]
         started = time.perf_counter()
@@ -176,7 +175,7 @@ class Engine(ModelVerbs):
 
     def _drop_entries(self, dropped: Drops, detail: str = "") -> None:
         """Fail every request on these entries."""
-        for a, reason in self.core.claim_entries(dropped) if dropped else []:
+        for a, reason in self.core.claim_entries(dropped):
             self._report_drop(a, reason, detail)
 
     def _fail(self, a: Admitted, reason: str, detail: str = "") -> None:

@@ -1,7 +1,7 @@
 """A request's path through its model's fragments (prefix sharing lives here).
 
 The root input is preprocessed once per distinct input, on the submitting thread and
-outside the engine's lock. Each fragment's input is queued in its session, or
+outside the engine core's lock. Each fragment's input is queued in its session, or
 subscribes to the entry of an equal input already queued (engine/queues.py), so a
 backbone shared by several apps and models runs once per frame. A fragment's output
 then goes on to the next fragments on the request's path, or is kept as a head's
@@ -10,7 +10,6 @@ result; the request is done when every head it asked for has one.
 
 from __future__ import annotations
 
-import threading
 import time
 from typing import Any, Callable
 
@@ -24,19 +23,20 @@ Fail = Callable[[Admitted, str, str], None]  # (request, reason, detail)
 
 
 class Paths:
-    def __init__(self, lock: threading.Condition, manager: ModelManager, queues: SessionQueues,
-                 admission: Admission, observed: ObservedProfiles, clock: Callable[[], float]) -> None:
-        self.lock = lock  # the engine's
+    """Called by the engine's core (engine/core.py), under its lock except `preprocess`."""
+
+    def __init__(self, manager: ModelManager, queues: SessionQueues, admission: Admission,
+                 observed: ObservedProfiles, clock: Callable[[], float]) -> None:
         self.manager, self.queues, self.admission = manager, queues, admission
         self.observed, self.clock = observed, clock
 
-    def root_inputs(self, admitted: list[Admitted | None], fail: Fail) -> dict[int, Any]:
-        """Outside the lock: each distinct root input preprocessed once (index -> input).
-        An image the model cannot take fails its own request ("invalid", and its slot
-        becomes None), never the others; one already queued is not preprocessed again."""
+    def preprocess(self, todo: list[tuple[int, Admitted]], admitted: list[Admitted | None],
+                   fail: Fail) -> dict[int, Any]:
+        """Outside the lock: the root inputs of `todo` (index, request: one per distinct
+        input not queued already), preprocessed (index -> input). An image the model
+        cannot take fails its own request ("invalid", and its slot in `admitted` becomes
+        None), never the others."""
         inputs: dict[int, Any] = {}
-        with self.lock:
-            todo = [(i, a) for i, a in enumerate(admitted) if a is not None and self.queued(a, a.root) is None]
         for i, a in todo:
             t0 = time.perf_counter()
             try:
