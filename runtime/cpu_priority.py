@@ -1,25 +1,22 @@
-"""CPU priority of a stream's own threads (its decoder and its worker) in `vigil serve`.
+"""CPU priority of a stream's own threads (its decoder and its block loop) in `vigil serve`.
 
 The engine's lanes serve every app's deadlines, and the device scheduler already puts
 a higher-priority app's frames first; but on a CPU the lanes share the cores with
-every stream's decoder and worker, and the kernel shares the cores per thread. With
-twelve cameras on one model under a CPU quota of 0.7 of a core, the two lanes got 0.13
-of a core and the streams' threads 0.45, and the priority camera met its SLO on 0.03 to
-0.15 of its frames. So a stream none of whose apps has the highest priority in use
-runs its threads at `BACKGROUND_NICE`: its decode-side work uses the CPU the engine and
-the higher-priority streams leave, and what it then cannot deliver in time is shed at
-admission as before (deadline). Streams at the top priority, the engine and the HTTP
-server stay at the process's own level. In the same setting the priority camera then
-met its SLO on 0.26 to 0.66 of its frames: the GIL and the engine's lock, which a
-background thread may hold, are not ordered by nice values.
+every stream's decoder and block loop, and the kernel shares the cores per thread: with
+many cameras on one model and little CPU, the streams' threads take most of it and the
+priority camera misses its SLO. So a stream none of whose apps has the highest priority
+in use runs its threads at `BACKGROUND_NICE`: its decode-side work uses the CPU the
+engine and the higher-priority streams leave, and what it then cannot deliver in time
+is shed at admission as before (deadline). Streams at the top priority, the engine and
+the HTTP server stay at the process's own level. This orders the kernel's scheduling
+only: the GIL and the engine's lock, which a background thread may hold, are not
+ordered by nice values.
 
 Background threads also run as SCHED_BATCH, which the kernel reads as "CPU-bound, do not
 preempt on wakeup". A nice value alone lowers a thread's share, not its wakeups: a
 sleeping thread that wakes gets a sleeper's credit whatever its weight, and the
-streams' decoders and workers wake thousands of times a second. At sixteen cameras the
-lanes were preempted about 800 times a second; with the background streams batched,
-about 470, and in SLO frames/s rose in four interleaved pairs from 95.5, 99.9, 101.6
-and 94.8 to 103.6, 103.2, 106.6 and 109.5.
+streams' decoders and block loops wake many times a second, each wake-up preempting a
+lane. Batched, they wait for the lanes' time slices to end.
 
 Raising a thread's nice value needs no privilege; lowering it back (a stream whose
 app is raised to the top priority) needs CAP_SYS_NICE or RLIMIT_NICE, as root in a

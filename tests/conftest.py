@@ -1,4 +1,3 @@
-import os
 import sys
 from pathlib import Path
 
@@ -8,7 +7,8 @@ ROOT = Path(__file__).resolve().parents[1]
 pytest_plugins = ["pytester"]  # tests/test_suite.py runs pytest on the suite's own rules
 sys.path.insert(0, str(ROOT / "tests"))
 
-from support import tiers  # noqa: E402  (after the path is set)
+from core.host import usable_cores  # noqa: E402  (after the path is set)
+from support import tiers  # noqa: E402
 from support.clips import BUNDLED  # noqa: E402
 
 
@@ -32,10 +32,9 @@ def pytest_sessionstart(session) -> None:
 
 def pytest_xdist_auto_num_workers(config) -> int:
     """`-n auto`: a worker per core this process may use. The slow tests' servers and
-    runs keep the cores busy themselves: on two cores a third worker made the suite no
-    faster (1140 s against 1105 s) and a measured profile flakier, and four workers made
-    each test twice as slow and pushed waits on a loaded server past their limits."""
-    return len(os.sched_getaffinity(0))
+    runs keep the cores busy themselves: more workers than cores make each test slower,
+    not the suite faster, and push waits on a loaded server past their limits."""
+    return usable_cores()
 
 
 @pytest.fixture(scope="session")
