@@ -156,7 +156,7 @@ class ObjectMask(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)  # points: StrictFloat
 
-    polygon: Zone
+    polygon: Zone = Field(description="at least 3 normalized [x, y] points")
     classes: list[Annotated[str, Field(max_length=64)]] | None = Field(
         None, max_length=256, description="the classes it hides; every class when omitted")
 
@@ -213,16 +213,21 @@ class AppSpec(BaseModel):
                                   description="under overload the server may lower this app's sampled rate down "
                                               "to this many frames per second (at most fps) before its frames "
                                               "are dropped; never lowered when omitted")
-    min_confidence: float = Field(0.3, ge=0, le=1, strict=True)
+    min_confidence: float = Field(0.3, ge=0, le=1, strict=True, description="detections scored below this are "
+                                  "ignored (a class's filters.min_score overrides it)")
     top_k: json_int(ge=1, le=100) = Field(5, description="a classifier's best classes kept per frame")
     lines: dict[PartName, Line] = Field(default_factory=dict, max_length=64,
-                                        json_schema_extra={"additionalProperties": False})
+                                        json_schema_extra={"additionalProperties": False},
+                                        description="name -> [[x, y], [x, y]], normalized (0,0 top-left): counted "
+                                                    "crossings; `in` is toward B - A turned 90 degrees clockwise")
     zones: dict[PartName, Zone] = Field(default_factory=dict, max_length=64,
-                                        json_schema_extra={"additionalProperties": False})
+                                        json_schema_extra={"additionalProperties": False},
+                                        description="name -> polygon of normalized points: occupancy, enter, exit "
+                                                    "and dwell, by a track's bottom centre")
     slo_ms: float = Field(1000.0, gt=0, le=MAX_SLO_MS, strict=True,
                           description="latency target per frame, capture to result")
     priority: json_int(ge=0, le=10) = Field(0, description="higher runs first when the device is contended")
-    tracker: TrackerOptions = Field(default_factory=TrackerOptions)
+    tracker: TrackerOptions = Field(default_factory=TrackerOptions, description="how detections become tracks")
     skip_static: SkipOptions | None = Field(None, description="skip inference on frames that did not change")
     select: Literal["fixed", "adaptive"] = Field("fixed", description="adaptive: the engine picks among the "
                                                  "model's versions by load (fast under load, accurate otherwise)")

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from vigil.allocator import CHOICES as ALLOCATORS
+from vigil.provenance import Provenance
 from vigil.report import print_json
 from vigil.settings import MODELS_DIR
 
@@ -65,6 +66,17 @@ def register(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    provenance = Provenance()
+    result = _run(args)
+    if isinstance(result, int):
+        return result
+    kind = "cluster-sim" if args.target == "cluster" and args.sim else args.target
+    print_json({"kind": kind, **result, "run": provenance.finish(result.get("device"))}, args.json)
+    return 0
+
+
+def _run(args: argparse.Namespace) -> dict | int:
+    """The bench's result, or the exit status of a bench that could not run (said on stderr)."""
     if args.target == "ingest":
         from bench.ingest import IngestBenchOptions, run_ingest_bench
 
@@ -164,5 +176,4 @@ def run(args: argparse.Namespace) -> int:
             return 1
     else:  # argparse restricts the choices
         raise AssertionError(args.target)
-    print_json(result, args.json)
-    return 0
+    return result

@@ -9,7 +9,7 @@ warm-up, one window measures, from the server's own metrics: goodput (frames wit
 their SLO per second, all apps), the high-priority app's attainment and the others'
 (over the frames whose outcome fell in the window; drops count as misses), p99 over
 every arrival, the server's RSS and CPU, and the share of the machine's CPU that the
-hypervisor stole in the window (bench/machine.py). The allocator the server ran with is
+hypervisor stole in the window (vigil/provenance.py). The allocator the server ran with is
 reported too (vigil/allocator.py). With several `allocators` (`auto`, `jemalloc`,
 `mimalloc`, `system`), every N runs under each, in turn, and `goodput_vs_first` gives
 each one's best goodput over the first one's.
@@ -40,9 +40,9 @@ import httpx
 import yaml
 
 from bench.launch import Launched, free_ports
-from bench.machine import cpu_times, steal_share
-from engine.machine_load import process_ticks
+from engine.machine_load import cpu_times, process_ticks
 from vigil.allocator import in_use
+from vigil.provenance import steal_share
 from vigil.settings import MODELS_DIR, ROOT, SAMPLES_DIR
 
 CLIPS = sorted(SAMPLES_DIR.glob("*.mp4"))
@@ -216,7 +216,7 @@ def measure_point(n: int, options: ServeBenchOptions, log: Callable[[str], None]
 def engine_bound(options: ServeBenchOptions, log: Callable[[str], None]) -> tuple[float, float | None]:
     """The people counters' model (SceneDet: its person path) through the engine
     alone: best frames/s in the largest batches it forms (the profile's efficient size),
-    and the share of the machine's CPU stolen meanwhile (bench/machine.py)."""
+    and the share of the machine's CPU stolen meanwhile (vigil/provenance.py)."""
     from engine.engine import Engine
     from engine.requests import Request
     from models.repository import ModelRepository

@@ -10,6 +10,7 @@ from typing import Callable
 
 from apps.spec import SpecError, load_spec
 from runtime.offline import RunError
+from vigil.provenance import Provenance
 from vigil.report import print_json
 from vigil.settings import MODELS_DIR
 
@@ -51,6 +52,7 @@ def _eval(args: argparse.Namespace) -> int:
     def log(message: str) -> None:
         print(message, file=sys.stderr, flush=True)
 
+    provenance = Provenance()
     try:
         if args.target == "tracking" and not args.footage:
             result = _eval_tracking(args, resolve_device(args.device), log)
@@ -69,7 +71,8 @@ def _eval(args: argparse.Namespace) -> int:
     except (ValueError, SpecError, RunError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    print_json(result, args.json)
+    kind = "eval-footage" if args.footage else f"eval-{args.target}"
+    print_json({"kind": kind, **result, "run": provenance.finish(resolve_device(args.device))}, args.json)
     return 0
 
 

@@ -40,7 +40,8 @@ class RepositoryError(ValueError):
 class InputSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    kind: Literal["image", "tensor"] = "image"
+    kind: Literal["image", "tensor"] = Field("image", description="image: a frame, resized and normalized as "
+                                             "below; tensor: an array the caller has prepared")
     scale: float | None = Field(None, gt=0, le=4, description="resize the frame by this factor")
     size: tuple[int, int] | None = Field(None, description="resize the frame to [height, width]")
     letterbox: tuple[int, int] | None = Field(None, description="fit the frame into [height, width], keeping its "
@@ -79,29 +80,32 @@ class PostprocessSpec(BaseModel):
 class FragmentSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    name: str
-    after: str | None = None  # the fragment whose output this one takes; None: the previous one
+    name: str = Field(description="a child module of the model; its output feeds the fragments after it")
+    after: str | None = Field(None, description="the fragment whose output this one takes; the previous one when "
+                                                "omitted (two fragments after one: a shared backbone)")
 
 
 class ModelSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    name: str
-    version: int | None = None  # informative; the directory name is the version
-    description: str = ""
-    adapter: Adapter
+    name: str = Field(description="the model's name; the folder above the version names it in the repository")
+    version: int | None = Field(None, description="informative: the version folder's name is the version")
+    description: str = Field("", description="one line for listings")
+    adapter: Adapter = Field(description="the loader: how the weights become fragments")
     factory: str | None = Field(None, description="python adapter: module:function")
     arch: str | None = Field(None, description="torchvision adapter: architecture name, e.g. resnet18")
     config: dict[str, Any] = Field(default_factory=dict, description="keyword arguments for the builder")
     weights: str | None = Field(None, description="weights file beside model.yaml, or 'random' (benchmarks only)")
     seed: int = Field(0, description="seed of random weights")
     split: list[str | FragmentSpec] = Field(default_factory=list, description="fragments: named child modules")
-    input: InputSpec = Field(default_factory=InputSpec)
-    output: OutputKind = "tensor"
-    postprocess: PostprocessSpec = Field(default_factory=PostprocessSpec)
+    input: InputSpec = Field(default_factory=InputSpec, description="how a frame becomes the model's input")
+    output: OutputKind = Field("tensor", description="how the last fragment's output is decoded into detections "
+                               "or classes; tensor: returned as it is")
+    postprocess: PostprocessSpec = Field(default_factory=PostprocessSpec, description="score threshold and NMS of "
+                                         "decoded detections")
     outputs: dict[str, str] = Field(default_factory=dict, description="onnx detections: which named output holds "
                                     "the boxes (x1, y1, x2, y2 in input pixels), scores and labels")
-    labels: list[str] = Field(default_factory=list)
+    labels: list[str] = Field(default_factory=list, description="class names, in the order of the model's outputs")
     domain: Literal["real", "synthetic"] | None = Field(None, description="what the model was trained on: an app "
                                                          "running a synthetic-domain model on any other source warns")
     heads: dict[str, list[str]] = Field(default_factory=dict, description="leaf fragment -> the labels it detects")
@@ -166,9 +170,9 @@ class ModelSpec(BaseModel):
 class VersionPolicy(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    latest: int | None = Field(None, ge=1)
-    specific: list[int] | None = None
-    all: bool = False
+    latest: int | None = Field(None, ge=1, description="serve the newest N versions")
+    specific: list[int] | None = Field(None, description="serve these versions")
+    all: bool = Field(False, description="serve every version on disk")
 
     @model_validator(mode="after")
     def _exactly_one(self) -> "VersionPolicy":
@@ -189,8 +193,11 @@ class VersionPolicy(BaseModel):
 class ModelConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    version_policy: VersionPolicy = Field(default_factory=lambda: VersionPolicy(latest=1))
-    labels: dict[str, int] = Field(default_factory=dict)
+    version_policy: VersionPolicy = Field(default_factory=lambda: VersionPolicy(latest=1),
+                                          description="which versions are loaded (TF Serving's); `all` as a "
+                                                      "string is short for {all: true}")
+    labels: dict[str, int] = Field(default_factory=dict, description="label -> version, e.g. {stable: 1, canary: 2}; "
+                                   "apps may name a label as model_version")
 
     @field_validator("version_policy", mode="before")
     @classmethod

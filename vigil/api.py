@@ -23,6 +23,7 @@ from vigil.openapi import document_errors
 from vigil.prom import ServiceCollector
 from vigil.routes import apps, cluster, config, events, llm, models, openai, sinks, streams, system
 from vigil.service import Vigil
+from vigil.settings import Settings
 from vigil.services.errors import ServiceError
 from vigil.storage import StorageFull
 
@@ -42,14 +43,20 @@ async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
 
 
 def build_app(service: Vigil, lifespan=None) -> FastAPI:
-    app = FastAPI(title="Vigil", version="0.1.0", lifespan=lifespan,
-                  description="Video analytics serving: streams, camera apps, models, events, SLO metrics.")
+    app = build_routes(service.settings, lifespan)
     app.state.service = service
     service.engine.metrics.registry.register(ServiceCollector(service))  # read at each scrape of /metrics
+    return app
+
+
+def build_routes(settings: Settings, lifespan=None) -> FastAPI:
+    """The API as declared: routes, middleware and error handlers, before a service is
+    attached (the OpenAPI schema and the REST reference are made from this alone)."""
+    app = FastAPI(title="Vigil", version="0.1.0", lifespan=lifespan,
+                  description="Video analytics serving: streams, camera apps, models, events, SLO metrics.")
     app.add_exception_handler(ServiceError, _service_error)
     app.add_exception_handler(StorageFull, _storage_full)
     app.add_exception_handler(RequestValidationError, _invalid)
-    settings = service.settings
     limits = settings.limits
     app.add_middleware(BodyGuard, max_body_bytes=limits.max_body_bytes, max_json_depth=limits.max_json_depth,
                        chunk_timeout_s=limits.header_timeout_s,

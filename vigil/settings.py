@@ -14,6 +14,7 @@ from apps.documents import DocumentError, load_yaml
 from apps.spec import format_errors
 from core.events import EVENT_TYPES
 from engine.lanes import AUTO_MAX_LANES, MAX_LANES
+from engine.scheduler import POLICIES
 from engine.share import MAX_SHARE
 from models.repository import MODELS_DIR
 from streams.urls import ALL_SCHEMES, DEFAULT_SCHEMES, SourcePolicy
@@ -29,9 +30,10 @@ class Limits(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-    max_streams: int = Field(32, ge=1, le=10_000)
-    max_apps: int = Field(64, ge=1, le=10_000)
-    max_page_size: int = Field(1000, ge=1, le=100_000)
+    max_streams: int = Field(32, ge=1, le=10_000, description="streams registered at once")
+    max_apps: int = Field(64, ge=1, le=10_000, description="apps registered at once, over all streams")
+    max_page_size: int = Field(1000, ge=1, le=100_000, description="most items one listing returns "
+                               "(`limit` of /v1/events)")
     max_body_bytes: int = Field(1 << 20, ge=1024, le=1 << 30, description="request bodies, counted as they "
                                                                           "arrive (chunked or not)")
     max_json_depth: int = Field(32, ge=4, le=256, description="nesting of JSON and YAML bodies")
@@ -78,7 +80,7 @@ class Camera(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     name: str = Field(max_length=64, description="the stream's name")
-    url: str = Field(max_length=4096)
+    url: str = Field(max_length=4096, description="the camera or file, as a stream's url over the API")
     options: dict[str, Any] = Field(default_factory=dict, max_length=32, description="stream options, as the API's")
     apps: tuple[str | dict[str, Any], ...] = Field(
         (), max_length=64, description="a built-in app's name (the app is named CAMERA-NAME) or an app spec "
@@ -90,12 +92,12 @@ class Webhook(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-    url: str = Field(max_length=4096, pattern=r"^https?://[^\x00-\x20\x7f]+$")
+    url: str = Field(max_length=4096, pattern=r"^https?://[^\x00-\x20\x7f]+$", description="where events are POSTed")
     secret: str | None = Field(None, max_length=1024, description="signs each body (X-Vigil-Signature: sha256=HEX "
                                                                   "of HMAC-SHA256)")
     events: tuple[str, ...] | None = Field(None, max_length=32, description="only these event types; all when "
                                                                            "omitted")
-    timeout_s: float = Field(5.0, gt=0, le=120)
+    timeout_s: float = Field(5.0, gt=0, le=120, description="a POST not answered in this long is tried again")
     max_backoff_s: float = Field(30.0, gt=0, le=3600, description="the longest wait between tries")
 
     @model_validator(mode="after")
@@ -111,24 +113,26 @@ class Mqtt(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-    host: str = Field(max_length=255, pattern=r"^[A-Za-z0-9._:-]+$")
-    port: int = Field(1883, ge=1, le=65535)
-    topic_prefix: str = Field("vigil", max_length=64, pattern=r"^[A-Za-z0-9_-]+(/[A-Za-z0-9_-]+)*$")
-    username: str | None = Field(None, max_length=256)
-    password: str | None = Field(None, max_length=1024)
-    client_id: str = Field("vigil", max_length=64, pattern=r"^[A-Za-z0-9_-]+$")
+    host: str = Field(max_length=255, pattern=r"^[A-Za-z0-9._:-]+$", description="the broker's host name or address")
+    port: int = Field(1883, ge=1, le=65535, description="the broker's port")
+    topic_prefix: str = Field("vigil", max_length=64, pattern=r"^[A-Za-z0-9_-]+(/[A-Za-z0-9_-]+)*$",
+                              description="every topic starts with it (Frigate's `frigate`)")
+    username: str | None = Field(None, max_length=256, description="the broker's login; none when omitted")
+    password: str | None = Field(None, max_length=1024, description="with username; never logged or returned")
+    client_id: str = Field("vigil", max_length=64, pattern=r"^[A-Za-z0-9_-]+$",
+                           description="the MQTT client id: one connection per id at the broker")
     discovery_prefix: str | None = Field("homeassistant", max_length=64, pattern=r"^[A-Za-z0-9_-]+$",
                                          description="Home Assistant discovery topics under it; null: none")
     publish_timeout_s: float = Field(5.0, gt=0, le=120, description="a message not acknowledged (QoS 1) "
                                                                     "in this long is sent again")
-    max_backoff_s: float = Field(30.0, gt=0, le=3600)
+    max_backoff_s: float = Field(30.0, gt=0, le=3600, description="the longest wait between reconnects")
 
 
 class Sinks(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-    webhooks: tuple[Webhook, ...] = Field((), max_length=32)
-    mqtt: Mqtt | None = None
+    webhooks: tuple[Webhook, ...] = Field((), max_length=32, description="HTTP endpoints, each url once")
+    mqtt: Mqtt | None = Field(None, description="an MQTT broker; none when omitted")
 
     @model_validator(mode="after")
     def _urls_unique(self) -> "Sinks":
@@ -143,8 +147,8 @@ class Snapshots(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-    enabled: bool = False
-    retain_days: float = Field(7.0, gt=0, le=3650)
+    enabled: bool = Field(False, description="store a snapshot and a crop for each event with a box")
+    retain_days: float = Field(7.0, gt=0, le=3650, description="older snapshots are deleted")
     max_mb: float = Field(1024.0, gt=0, le=10_000_000, description="past this the oldest go first")
 
 
@@ -154,9 +158,9 @@ class Recording(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-    enabled: bool = False
+    enabled: bool = Field(False, description="record every stream (not synthetic:// ones)")
     segment_s: float = Field(10.0, ge=1, le=600, description="a segment ends at the first keyframe past this")
-    retain_days: float = Field(3.0, gt=0, le=3650)
+    retain_days: float = Field(3.0, gt=0, le=3650, description="older segments are deleted")
     max_gb: float = Field(10.0, gt=0, le=100_000, description="past this the oldest segments go first")
     pre_s: float = Field(5.0, ge=0, le=300, description="an event's clip starts this long before it")
     post_s: float = Field(5.0, ge=0, le=300, description="and ends this long after it")
@@ -181,33 +185,39 @@ class Cluster(BaseModel):
 class Settings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-    host: str = "127.0.0.1"
-    port: int = Field(8080, ge=0, le=65535)
+    host: str = Field("127.0.0.1", max_length=255, description="address the REST and gRPC servers listen on; "
+                      "0.0.0.0 for every interface (set api_keys first)")
+    port: int = Field(8080, ge=0, le=65535, description="REST port; 0: any free port")
     grpc_port: int = Field(8081, ge=0, le=65535, description="0 turns gRPC off")
-    data_dir: Path = Path("vigil-data")
-    model_repository: Path = MODELS_DIR
-    device: str = "auto"
-    policy: str = "nexus"
+    data_dir: Path = Field(Path("vigil-data"), description="the database, snapshots and recordings")
+    model_repository: Path = Field(MODELS_DIR, description="the model repository served")
+    device: str = Field("auto", max_length=32, description="auto (CUDA when present), cpu, cuda or cuda:N")
+    policy: str = Field("nexus", max_length=32, description=f"the engine's batching policy, of {', '.join(POLICIES)}: "
+                        "nexus sizes batches to each app's SLO and drops early; the others are the baselines "
+                        "`vigil bench engine` compares")
     lanes: int | None = Field(None, ge=1, le=MAX_LANES, description="batches the device runs at once, each on its "
                               "share of the cores; null: one on a GPU, one per core up to "
                               f"{AUTO_MAX_LANES} on a CPU")
-    api_keys: tuple[str, ...] = ()
+    api_keys: tuple[str, ...] = Field((), max_length=1024, description="Bearer keys for mutating routes, the LLM's and "
+                                      "gRPC; none: open. Also from $VIGIL_API_KEYS")
     open_llm_routes: bool = Field(False, description="true: /v1/completions, /v1/chat/completions and /v1/ask "
                                                      "need no key even when keys are set")
-    block_ms: float = Field(300.0, gt=0)
+    block_ms: float = Field(300.0, gt=0, le=60_000, description="a frame block spans at most this much stream "
+                            "time")
     quiet_after_s: float = Field(300.0, ge=1, le=86_400, description="an app whose model finds none of its "
                                  "classes in this much analysed stream time says so in its status (warning)")
-    block_frames: int = Field(4, ge=1)
-    rollup_interval_s: float = Field(5.0, gt=0)
+    block_frames: int = Field(4, ge=1, le=1024, description="a frame block holds at most this many frames")
+    rollup_interval_s: float = Field(5.0, gt=0, le=3600, description="how often per-app metric windows are "
+                                     "stored")
     llm_model: str | None = Field("scene-lm", description="LLM in the model repository; null: no LLM")
     caption_every_s: float = Field(10.0, ge=0, description="caption each stream this often; 0: never")
     llm_min_share: float = Field(0.1, ge=0, le=MAX_SHARE, description="of device time owed to LLM steps "
                                                                      "under full vision load; the rest of "
                                                                      "the time they run in vision's slack")
-    limits: Limits = Field(default_factory=Limits)
+    limits: Limits = Field(default_factory=Limits, description="what one client, camera or file can cost")
     sinks: Sinks = Field(default_factory=Sinks, description="where events go besides storage")
-    snapshots: Snapshots = Field(default_factory=Snapshots)
-    recording: Recording = Field(default_factory=Recording)
+    snapshots: Snapshots = Field(default_factory=Snapshots, description="an image of each event")
+    recording: Recording = Field(default_factory=Recording, description="rolling recordings and event clips")
     cluster: Cluster | None = Field(None, description="run the engine on a Ray cluster; null: in this process")
     cameras: tuple[Camera, ...] = Field((), max_length=1024, description="created at start, and changed by "
                                         "POST /v1/config/reload or SIGHUP")
