@@ -52,7 +52,7 @@ def colours(frame: np.ndarray, xyxy: np.ndarray) -> np.ndarray:
     c1, c2 = np.clip(m[:, 0], 0, w).astype(np.int64), np.clip(np.ceil(m[:, 2]), 0, w).astype(np.int64)
     r1, r2 = np.clip(m[:, 1], 0, h).astype(np.int64), np.clip(np.ceil(m[:, 3]), 0, h).astype(np.int64)
     for k in np.flatnonzero((c2 > c1) & (r2 > r1)):
-        # cv2.mean: a tenth of numpy's time on these small crops
+        # cv2.mean, not numpy: on crops this small numpy's per-call overhead dominates
         out[k] = cv2.mean(frame[r1[k]:r2[k], c1[k]:c2[k]])[:3]
     return out
 

@@ -12,8 +12,8 @@ import numpy as np
 # stands and whether it is going out
 EDGE_SHARE = 0.01
 # a box this close to the frame's border may be cut by it, for matching by colour: a
-# detector's box is a few pixels out (chosen on 640x360 clips for what it costs the
-# tracker: 0 px lost stays given the detector's boxes)
+# detector's box there falls a few pixels short of the border, so touching it is too
+# strict a test, and a wider margin takes clear boxes for cut (`vigil eval tracking`)
 EDGE_PX = 4.0
 
 Borders = tuple[bool, bool, bool, bool]  # whether a box touches the left, top, right and bottom borders

@@ -18,12 +18,11 @@ next), and at B one device serves T_max = B / l(B). So:
    memory. Nexus merges the largest occupancy first; then a short-cycle residual that
    comes later shortens a device's long cycle, and every session already there runs
    smaller batches. Shortest first, a device's cycle is set by its first node and the
-   later ones, with longer cycles, give up the least: on the simulator's traces (four
-   seeds) 0.899 of the lower bound's efficiency at 100 devices and 0.912 at 1000,
-   against 0.887 and 0.903; on 3,000 random sets of 3 to 11 sessions, fewer devices
-   in 157 and more in 51. Each node goes where it adds the least
-   busy time (prefix sharing makes that a device that already runs its prefix), the
-   fullest such device on ties; a new device is opened when none fits. Where a shared
+   later ones, with longer cycles, give up the least: on the simulator's traces it
+   comes nearer the lower bound's efficiency than Nexus's order, and on random sets of
+   sessions it needs fewer devices far more often than more. Each node goes where it
+   adds the least busy time (prefix sharing makes that a device that already runs its
+   prefix), the fullest such device on ties; a new device is opened when none fits. Where a shared
    prefix's batch would make the shorter cycle too slow for an SLO, the merge takes the
    longest cycle that keeps every session in time, if the device still fits.
 

@@ -3,8 +3,8 @@
 A `FrameBlock` is built by `streams` and reaches the engine and the apps unchanged.
 Its pixels are its frames' own arrays, as the decoder made them: cutting a block
 copies no pixel, and neither does selecting a subset of its frames (per-app
-frame-rate sampling). Stacking them into one [N, H, W, 3] array cost a copy of every
-frame, 7-8% of a stream worker's samples at sixteen cameras (py-spy), where nothing
+frame-rate sampling). Stacking them into one [N, H, W, 3] array would copy every
+frame, a visible share of a stream worker's time with many cameras (py-spy), where nothing
 downstream needs the stack: the engine takes one frame per request. Blocks are read,
 never written, after they are cut.
 """

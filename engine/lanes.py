@@ -2,9 +2,9 @@
 
 A GPU runs one batch at a time (one lane). A CPU runs best as several lanes, each a
 batch on a few cores, as Triton runs a CPU model as several instances: on two cores,
-SceneDet's person path did 1.4x the frames a second as two lanes of one thread each
-than as one lane of two, at every batch size from 4 to 32 (intra-op threads wait for
-each other at every operator, and for the slowest when another thread takes a core).
+SceneDet's person path serves more frames a second as two lanes of one thread each
+than as one lane of two, at every batch size (intra-op threads wait for each other at
+every operator, and for the slowest when another thread takes a core).
 
 A lane's threads are OpenMP's for the thread that runs it: `torch.set_num_threads`
 sets them for the calling thread (and the count torch reports), so each lane sets

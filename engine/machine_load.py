@@ -3,11 +3,10 @@
 A profile is a plan's unit of device time. Measured while another process had the
 cores (a package install, a second server), every latency comes out slower, larger
 batches most of all, and a stored profile stays wrong for every later start: a
-SceneDet backbone profiled beside a `pip install` took 336 ms for a batch of 16 where
-the idle machine takes 101, and `vigil serve` with sixteen cameras, planning on it,
-served 146 frames a second in SLO where it serves 177. So the profiler asks how much
-of the machine others took while it measured (`OthersLoad`), and keeps a profile
-measured beside them for this run only.
+SceneDet backbone profiled beside a `pip install` comes out several times too slow at
+its largest batch, and `vigil serve`, planning on it, serves fewer frames within their
+SLO. So the profiler asks how much of the machine others took while it measured
+(`OthersLoad`), and keeps a profile measured beside them for this run only.
 """
 
 from __future__ import annotations

@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 
 from engine.profiles import Profile
 
-# the range one batch's observed/profiled ratio is clamped to: a profile measured on a
-# busy machine is 2-3x slow (engine/machine_load.py), and a neighbour arriving later
-# slows batches as much
+# the range one batch's observed/profiled ratio is clamped to: wide enough for a profile
+# measured on a busy machine (several times slow, engine/machine_load.py) and for a
+# neighbour arriving later, which slows batches as much
 RATIO_MIN, RATIO_MAX = 0.1, 10.0
 WINDOW = 32  # batches remembered per session
 QUANTILE = 0.9  # of their ratios, what plans scale profiles by
@@ -79,8 +79,8 @@ class ObservedProfiles:
         self.slowdown: dict[str, Slowdown] = {}
         self.host: dict[str, float] = {}  # model -> host ms per request
         # session -> (stored, rounded factor, scaled): the factor moves with every batch
-        # and admission asks for every request, while a new Profile costs ~9 us (its
-        # latencies at every batch size); rounding lets one serve until the factor moves
+        # and admission asks for every request, while a new Profile is not free (it works out
+        # its latencies at every batch size); rounding lets one serve until the factor moves
         self._scaled: dict[str, tuple[Profile, float, Profile]] = {}
 
     def current(self, session: str, stored: Profile) -> Profile:

@@ -8,8 +8,8 @@ fragment's content hash and the device key stay the same.
 
 On a GPU a bigger batch gives more items a second up to the largest size, which is why
 Nexus fills batches as far as the SLO allows. On a CPU it does not: past the size whose
-activations fit the caches, each item costs more (SceneDet's backbone on one core: 5.5
-ms an item in batches of 6 or 8, 8.2 in batches of 16). A profile therefore also names
+activations fit the caches, each item costs more (SceneDet's backbone on one core costs
+more an item in batches of 16 than in sixes or eights). A profile therefore also names
 its efficient batch, the largest measured size within `EFFICIENT_TOLERANCE` of the best
 items per second, and the scheduler never forms a batch past it.
 """
@@ -44,7 +44,7 @@ class Profile:
         if not (len(self.mean_ms) == len(self.std_ms) == len(self.batch_sizes)):
             raise ValueError("profile arrays disagree in length")
         # every batch size's interpolated latency, once: the scheduler asks for them
-        # under the engine's lock, many times a plan (np.interp per call cost 6 us)
+        # under the engine's lock, many times a plan, where an np.interp call each time adds up
         every = np.arange(1, self.batch_sizes[-1] + 1, dtype=np.float64)
         sizes = np.array(self.batch_sizes, np.float64)
         object.__setattr__(self, "_means", np.interp(every, sizes, np.array(self.mean_ms)).tolist())

@@ -272,8 +272,8 @@ def _stale(profile, run_batch, synchronize, tries: int = 3) -> bool:
     what the device does now (best of `tries`) was measured while something else had
     the device: planning on it would drop requests that could have been served. The
     largest batch is checked too, because a busy machine slows long batches most: a
-    profile measured beside a package install was 1.5x slow at batch 1, which passed,
-    and 3.3x at 16. A tighter ratio re-measures good profiles on a noisy machine."""
+    profile measured beside a package install can pass at batch 1 and be far too slow
+    at the largest. A tighter ratio re-measures good profiles on a noisy machine."""
     import time as _time
 
     for size in dict.fromkeys((profile.batch_sizes[0], profile.batch_sizes[-1])):

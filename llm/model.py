@@ -129,8 +129,8 @@ class Batch:
 class Workspace:
     """Scratch tensors reused from step to step for a step's large temporaries (the
     gathered K/V blocks, several MB a layer). Allocated afresh, each goes to mmap and
-    back every layer, page faults included, which made a decode step 1.4x slower on
-    a CPU; one buffer per name, grown when a step needs more, avoids that."""
+    back every layer, page faults included, which slows a decode step markedly on a
+    CPU; one buffer per name, grown when a step needs more, avoids that."""
 
     def __init__(self) -> None:
         self._buffers: dict[str, torch.Tensor] = {}
@@ -277,7 +277,7 @@ class Layer(nn.Module):
     @torch.no_grad()
     def fuse(self) -> None:
         """One weight for q, k and v, one for gate and up: two matmuls a layer fewer (fewer,
-        larger calls; about a tenth off the projections on a CPU). The projections' own weights become
+        larger calls, which a CPU runs faster). The projections' own weights become
         views into the fused ones, so nothing is stored twice and the state dict keeps
         Hugging Face's names."""
         for fused_name, parts in (("qkv_weight", (self.q_proj, self.k_proj, self.v_proj)),
@@ -358,7 +358,7 @@ class LlamaModel(nn.Module):
         # table into a reused buffer, with a mask over the padding. The blocks stay blocks
         # (attention by block, one softmax across them): re-laying K/V out as one sequence
         # per request would copy them again, and copying is most of a decode step on a
-        # CPU. index_select, because indexing with a tensor is 5x slower on a CPU.
+        # CPU. index_select, because indexing with a tensor is much slower on a CPU.
         # Prefill chunks attend one request at a time with a causal mask.
         decode = [s for s in batch.seqs if s.num_tokens == 1]
         prefill = [s for s in batch.seqs if s.num_tokens > 1]

@@ -2,8 +2,8 @@
 
 Queued images are uint8 (`image_preprocess`); the fragment wants floats in [0, 1],
 normalised if the model asks. As two eager operators before the traced call, each
-gave up the GIL and waited to get it back: with sixteen streams' threads busy, a lane
-spent about 6 ms of a backbone batch's 80 ms asleep that way (schedstat). Inside the
+would give up the GIL and wait to get it back: with many streams' threads busy, a lane
+spends part of every backbone batch asleep that way (schedstat shows it). Inside the
 module, the conversion is traced with the fragment and runs in C++ with the GIL
 released, in the same single call.
 """

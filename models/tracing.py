@@ -3,9 +3,9 @@
 Eager PyTorch releases the GIL inside each operator and takes it back between them. In
 `vigil serve` other Python threads (decoders, trackers, the HTTP server) hold the GIL
 most of the time, and each operator then waits up to a switch interval to get it back:
-a SceneDet backbone batch of 4 ran 27x slower beside four busy Python threads than on
-its own (two cores). A TorchScript graph runs in C++ with the GIL released for the
-whole call: the same batch ran 3.8x slower beside the same threads.
+beside a few busy Python threads a SceneDet backbone batch runs many times slower than
+on its own. A TorchScript graph runs in C++ with the GIL released for the whole call,
+and loses far less beside the same threads.
 
 So each input shape (batch size and resolution) is traced once, the first time it is
 seen, and the trace is checked against the eager result on that same input. A module
@@ -14,12 +14,11 @@ whose trace disagrees runs eagerly from then on. The cache is bounded: shapes pa
 `MAX_SHAPES` run eagerly.
 
 A trace usually holds for every batch size: the tracer records the batch dimension as
-it is read, not as a constant. Tracing costs 3-8 batches' time (0.2-0.7 s for a
-SceneDet backbone batch on one core), and `vigil serve` meets new batch sizes for
-minutes: tracing each one on a serving lane stalls it and sheds a burst of frames. So
-the first trace of a resolution is tried on the next batch size seen, against eager: if it
-agrees, it serves every batch size of that resolution from then on; if not (it baked
-its batch size in), each size is traced as above.
+it is read, not as a constant. Tracing costs several batches' time, and `vigil serve`
+meets new batch sizes for minutes: tracing each one on a serving lane stalls it and
+sheds a burst of frames. So the first trace of a resolution is tried on the next batch
+size seen, against eager: if it agrees, it serves every batch size of that resolution
+from then on; if not (it baked its batch size in), each size is traced as above.
 """
 
 from __future__ import annotations

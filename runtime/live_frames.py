@@ -3,8 +3,8 @@
 The worker keeps a copy of the frame and what to draw on it (apps/annotate.py's
 `Overlay`, copied out of the app) about once a second; the drawing and the JPEG are
 made only when someone asks, once per kept frame. Encoding every app's frame every
-second whether or not anyone looked took about a tenth of the stream workers' CPU with
-sixteen cameras (py-spy on `vigil serve`).
+second whether or not anyone looks would take a real share of the stream workers' CPU
+with many cameras (py-spy on `vigil serve`).
 """
 
 from __future__ import annotations

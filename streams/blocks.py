@@ -23,8 +23,8 @@ class BlockCutter:
     adds to the first frame's latency: keep it well under the tightest SLO.
 
     A block closes on the frame after which the next one, a frame interval later (the
-    latest seen), would not fit, rather than when that next frame arrives: on a 5 fps
-    stream a 300 ms block otherwise held its first frame 400 ms, not 200."""
+    latest seen), would not fit, rather than when that next frame arrives, which on a
+    5 fps stream would hold a 300 ms block's first frame 400 ms, not 200."""
 
     def __init__(self, max_frames: int = 8, max_duration_ms: float | None = None) -> None:
         if max_frames < 1:

@@ -1,8 +1,8 @@
 """A faster allocator than glibc's for the commands that run models.
 
 With glibc's allocator, every activation tensor and decoded frame above its mmap
-threshold is a fresh mapping: `vigil serve` with four cameras took about 100,000
-page faults a second, and half a core went to the kernel zeroing pages. jemalloc and
+threshold is a fresh mapping: under `vigil serve` that is a flood of page faults, and
+a large share of a core goes to the kernel zeroing pages. jemalloc and
 mimalloc keep freed pages for reuse (PyTorch's CPU tuning guide recommends such an
 allocator for the same reason). jemalloc's default still hands allocations over 8 MB
 (a batch of 16 frames' activations) to an arena that returns them to the kernel at

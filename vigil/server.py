@@ -38,8 +38,8 @@ log = logging.getLogger("vigil.server")
 BACKLOG = 64
 # uvicorn's limit_concurrency answers 503 to a request on a connection already open
 # while the process's connections, counted with those a burst just brought in that
-# the guard is about to close, reach it: it sits a few bursts over the guard's cap
-# (a monitor's /healthz got 503 during a flood of 200 sockets at cap + 16)
+# the guard is about to close, reach it: it sits a few bursts over the guard's cap, so
+# that a monitor's /healthz is still answered during a flood of connections
 SPARE = 4 * BACKLOG
 
 

@@ -122,8 +122,8 @@ class LLMService:
             self._asks_in_flight -= 1
 
     def _sentence_embedder(self) -> Embedder:
-        """Loaded once, by the first question that has captions to rank (about 8 s on two
-        cores): a question that is refused, or has no captions in its window, never waits
+        """Loaded once, by the first question that has captions to rank (seconds on a
+        small CPU): a question that is refused, or has no captions in its window, never waits
         for it."""
         with self._embedder_lock:
             if self._embedder is None:
