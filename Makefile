@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 DEMO_OUT ?= demo-out
 
-.PHONY: demo test test-fast install models tfjs-reference system-deps proto serve soak train-detector train-scene-lm bench-ingest bench-engine bench-llm triton-venv clean
+.PHONY: demo test test-fast docs install models tfjs-reference system-deps proto serve soak train-detector train-scene-lm bench-ingest bench-engine bench-llm triton-venv clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -73,6 +73,11 @@ test: system-deps $(STAMP) models tfjs-reference
 tfjs-reference:
 	@if command -v npm >/dev/null; then npm ci --prefix tests/support --silent --no-audit --no-fund --ignore-scripts; \
 	else echo "npm not found: tests/engine/test_tfjs_parity.py skips"; fi
+
+# The documentation site, into site/ (open site/index.html): MkDocs Material, offline, with
+# the references generated from the code and the benchmark tables from bench/results/.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 # Before each commit: no processes, servers, browsers, clusters or whole clips.
 test-fast: $(STAMP)

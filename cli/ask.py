@@ -54,6 +54,15 @@ def _ask(args: argparse.Namespace) -> int:
         print(out["answer"])
         for c in out["citations"]:
             ids = c.get("event_ids") or []
-            print(f"  [{c.get('stream')} {c['t_start_ms'] / 1000:.1f}-{(c['t_end_ms'] or 0) / 1000:.1f} s"
+            print(f"  [{c.get('stream')} {_span(c['t_start_ms'], c['t_end_ms'])}"
                   f"{', events ' + ','.join(map(str, ids[:10])) if ids else ''}{' ...' if len(ids) > 10 else ''}]")
     return 0
+
+
+def _span(start_ms: float, end_ms: float | None) -> str:
+    """A citation's window as the answer states times: m:ss into a clip, or the UTC clock
+    time of a camera's wall-clock stamps."""
+    from llm.facts import clock
+
+    end_ms = start_ms if end_ms is None else end_ms
+    return f"{clock(start_ms)}-{clock(end_ms)}" + (" UTC" if start_ms >= 86_400_000 else "")

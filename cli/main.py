@@ -4,6 +4,7 @@ REST API's groups in remote), each adding its parser and the function it calls."
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from cli import ask, evaluate, remote, run, serve
@@ -46,6 +47,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader went away (`vigil apps list | head`): nothing is left to say
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit's flush does not raise again
+        return 141
 
 
 if __name__ == "__main__":

@@ -209,6 +209,23 @@ def figures_agree(text: str, agg: Aggregate) -> bool:
     return required <= got <= Counter(FIGURE.findall(answer_text(agg)))
 
 
+def words_agree(text: str, agg: Aggregate, zones: list[str]) -> bool:
+    """Whether a sentence says nothing the aggregate contradicts: a count across another
+    line, one way when both ways were counted (or the other way), or another zone. Leaving
+    the line or the direction unsaid is not wrong."""
+    said = text.lower()
+    if agg.kind == "count":
+        for place, way in re.findall(r"\bcrossed(?: (?!between\b|after\b|before\b|since\b|until\b|from\b|in\b|"
+                                     r"out\b)([a-z0-9_-]+))?(?: (in|out)\b)?", said):
+            if (place and place != agg.line.lower()) or (way and way != agg.direction):
+                return False
+        return True
+    if agg.kind in ("zone", "dwell"):
+        named = {z for z in zones if re.search(rf"\b{re.escape(z.lower())}\b", said)}
+        return named <= {agg.zone}
+    return True
+
+
 def answer(question: str, events: list[dict], captions: list[dict], generate: Callable[[str], str],
            lines: list[str], zones: list[str], embedder: "Embedder | Callable[[], Embedder] | None" = None,
            stream: str | None = None,
@@ -221,7 +238,7 @@ def answer(question: str, events: list[dict], captions: list[dict], generate: Ca
     agg, used = aggregate(q, events)
     text = generate(answer_prompt(agg.context(), question)).strip()
     grounding = "model"
-    if not figures_agree(text, agg):
+    if not (figures_agree(text, agg) and words_agree(text, agg, zones)):
         text, grounding = answer_text(agg), "template"
     t_lo = q.t_from_ms if q.t_from_ms is not None else min((e["t_ms"] for e in used), default=0.0)
     t_hi = _finite(q.t_to_ms) if _finite(q.t_to_ms) is not None else max((e["t_ms"] for e in used), default=t_lo)

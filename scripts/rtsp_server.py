@@ -1,7 +1,8 @@
-"""A real RTSP server for tests: GStreamer's gst-rtsp-server serving a video file.
+"""An RTSP camera made of a video file: GStreamer's gst-rtsp-server serving an H.264 MP4,
+for trying Vigil without a camera (scripts/rtsp-camera.sh) and for the tests.
 
 Runs under the system Python (Debian's python3-gi and gir1.2-gst-rtsp-server-1.0), not
-the project's venv:  /usr/bin/python3 tests/support/rtsp_server.py FILE.mp4 PORT [MOUNT]
+the project's venv:  /usr/bin/python3 scripts/rtsp_server.py FILE.mp4 PORT [MOUNT]
 
 Each client that connects gets the clip from its start (the media is not shared), the
 way a camera serves every viewer; the clip's H.264 is sent as it is (no re-encoding).

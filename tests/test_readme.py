@@ -1,9 +1,9 @@
-"""The README runs: every shell command of its Usage section, as a user types it in a
-checkout.
+"""The documentation runs: every shell command of the README and of the docs site's pages
+(docs/), as a user types it in a checkout.
 
 Each command runs under bash in a folder that holds a copy of the checkout's `configs/`
 and a link to its `sample_videos/`, so what commands write (out/, vigil-out/, clips/,
-JSON reports) lands there. The commands that talk to a server (`SERVED`) run in README
+JSON reports) lands there. The commands that talk to a server (`served`) run in page
 order against a `vigil serve` of the test's own, on one worker; the rest run offline,
 each on whichever worker is free (a folder per worker). The command text is never
 rewritten: the CLI's remote commands find the server through `$VIGIL_URL`, and curl
@@ -12,8 +12,8 @@ fails the command); an offline command's `$VIGIL_URL` is a closed port, so one t
 needs the server fails. A command runs as written (a synopsis without its optional
 `[--flag V]` groups) unless `RUN_AS` gives its quickest form, with flags of its own
 line only, or `NOT_RUN` says why it cannot run here; these tables, like `EXPECT`
-and `CREATES`, are keyed by the exact command, so a new README command runs by default
-and a changed or removed one fails `test_tables_name_readme_commands`."""
+and `CREATES`, are keyed by the exact command, so a new command runs by default
+and a changed or removed one fails `test_tables_name_documented_commands`."""
 
 from __future__ import annotations
 
@@ -32,8 +32,9 @@ from support.processes import ROOT, VigilServer, run_command, wait_for
 pytestmark = pytest.mark.slow
 
 README = ROOT / "README.md"
+PAGES = [README, *sorted((ROOT / "docs").rglob("*.md"))]
 SHELL_LANGS = ("sh", "bash", "console", "shell")
-# What the commands that talk to the server start with.
+# What the commands that talk to the server start with (`vigil ask` without --source too).
 SERVED = ("curl ", "vigil streams ", "vigil apps ", "vigil events ", "vigil models add ")
 CLOSED_PORT_URL = "http://127.0.0.1:9"  # discard: nothing listens there
 
@@ -64,6 +65,10 @@ RUN_AS = {
 
 # README command -> why the test does not run it.
 NOT_RUN = {
+    "make demo": "the quick start: tests/test_run.py runs its apps on the same footage, and CI runs make test",
+    "make test": "the quick start: CI runs it",
+    "scripts/rtsp-camera.sh": "long-lived; the tour's commands run without a camera (the stream keeps "
+                              "reconnecting) and tests/streams start the same RTSP server",
     "vigil serve": "long-lived, on the fixed ports 8080/8081; the test's own server is this command with "
                    "--port, --grpc-port, --data-dir, --models and --config",
     "vigil serve --port 9000 --grpc-port 0 --data-dir /var/lib/vigil --models my-models --config my.yaml":
@@ -122,14 +127,6 @@ CREATES = {
 }
 
 
-def usage_section(text: str) -> str:
-    """From the `## Usage` heading to the next second-level heading (its `###` subsections
-    included)."""
-    match = re.search(r"^## Usage\n(.*?)(?=^## )", text, re.M | re.S)
-    assert match, "README.md has no `## Usage` section"
-    return match.group(1)
-
-
 def strip_comment(line: str) -> str:
     """`line` without a shell comment: a `#` outside quotes, at the start or after a blank."""
     quote = None
@@ -167,7 +164,7 @@ def shell_commands(text: str) -> list[str]:
     return commands
 
 
-COMMANDS = shell_commands(usage_section(README.read_text()))
+COMMANDS = list(dict.fromkeys(c for page in PAGES for c in shell_commands(page.read_text())))
 
 
 def flags(command: str) -> set[str]:
@@ -223,19 +220,20 @@ def served_env(server, workdir, env) -> dict[str, str]:
     return {**env, "VIGIL_URL": server.url, "CURL_HOME": str(curl_home)}
 
 
-def test_example_spec_is_the_readmes():
-    """configs/apps/entrance.yaml, which the README's commands post and run, is the spec
-    the README shows."""
-    blocks = [yaml.safe_load(body) for body in re.findall(r"^```yaml\n(.*?)^```", README.read_text(), re.M | re.S)]
+def test_example_spec_is_the_docs():
+    """configs/apps/entrance.yaml, which the documented commands post and run, is the
+    spec the docs show."""
+    blocks = [yaml.safe_load(body) for page in PAGES
+              for body in re.findall(r"^```yaml\n(.*?)^```", page.read_text(), re.M | re.S)]
     shown = [b for b in blocks if isinstance(b, dict) and b.get("name") == "entrance"]
     assert shown == [yaml.safe_load((ROOT / "configs/apps/entrance.yaml").read_text())]
 
 
-def test_tables_name_readme_commands():
-    assert COMMANDS, "no shell commands in the README's Usage section"
+def test_tables_name_documented_commands():
+    assert COMMANDS, "no shell commands in the README or docs/"
     for table in (RUN_AS, NOT_RUN, EXPECT, CREATES):
         stale = sorted(set(table) - set(COMMANDS))
-        assert not stale, f"not (or no longer) in the README's Usage section: {stale}"
+        assert not stale, f"not (or no longer) in the README or docs/: {stale}"
     for command, (run_as, _) in RUN_AS.items():
         assert run_as.startswith(required_part(command)), (command, run_as)
         assert flags(run_as) <= flags(command), f"{run_as!r} adds flags the README does not show"
@@ -254,8 +252,12 @@ def run_readme_command(command: str, workdir: Path, env: dict[str, str]) -> None
         assert (workdir / path).is_file(), f"{run} did not write {path}"
 
 
-OFFLINE = [c for c in COMMANDS if not c.startswith(SERVED)]
-ONLINE = [c for c in COMMANDS if c.startswith(SERVED)]
+def served(command: str) -> bool:
+    return command.startswith(SERVED) or (command.startswith("vigil ask ") and "--source" not in command)
+
+
+OFFLINE = [c for c in COMMANDS if not served(c)]
+ONLINE = [c for c in COMMANDS if served(c)]
 
 
 @pytest.mark.parametrize("command", OFFLINE, ids=OFFLINE)

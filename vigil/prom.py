@@ -12,6 +12,33 @@ if TYPE_CHECKING:
     from vigil.service import Vigil
 
 STATUSES = ("connecting", "live", "reconnecting", "ended", "failed")
+# name -> (family, help, labels, the stream listing's field it reads)
+STREAM_SERIES = {
+    "vigil_stream_status": (GaugeMetricFamily, "1 for the stream's current status", ["stream", "status"], "status"),
+    "vigil_stream_frames_decoded": (CounterMetricFamily, "Frames decoded and delivered to the apps", ["stream"],
+                                    "frames_decoded"),
+    "vigil_stream_frames_dropped": (CounterMetricFamily, "Frames dropped from a full live buffer", ["stream"],
+                                    "frames_dropped"),
+    "vigil_stream_frames_skipped": (CounterMetricFamily, "Frames decoded that no app samples", ["stream"],
+                                    "frames_skipped"),
+    "vigil_stream_frames_not_decoded": (CounterMetricFamily, "Frames no app samples that nothing refers to, "
+                                        "left undecoded", ["stream"], "frames_not_decoded"),
+    "vigil_stream_reconnects": (CounterMetricFamily, "Reconnect attempts", ["stream"], "reconnects"),
+    "vigil_stream_gaps": (CounterMetricFamily, "Gaps in frames after a reconnect", ["stream"], "gaps"),
+}
+APP_SERIES = {
+    "vigil_app_slo_attainment": (GaugeMetricFamily, "Requests within SLO / arrived, over a window",
+                                 ["app", "window"]),
+    "vigil_app_throughput_fps": (GaugeMetricFamily, "Frames completed per second, last minute", ["app"]),
+}
+WINDOWS = (("1m", 60.0), ("1h", 3600.0))
+
+
+def families() -> dict[str, Metric]:
+    """Every series this collector yields, without samples."""
+    out = {name: kind(name, text, labels=labels) for name, (kind, text, labels, _) in STREAM_SERIES.items()}
+    out.update({name: kind(name, text, labels=labels) for name, (kind, text, labels) in APP_SERIES.items()})
+    return out
 
 
 class ServiceCollector:
@@ -19,40 +46,22 @@ class ServiceCollector:
         self.service = service
 
     def describe(self) -> list[Metric]:
-        return []  # collected only at scrape time
+        return list(families().values())
 
     def collect(self) -> Iterator[Metric]:
-        status = GaugeMetricFamily("vigil_stream_status", "1 for the stream's current status", labels=["stream", "status"])
-        decoded = CounterMetricFamily("vigil_stream_frames_decoded", "Frames decoded and delivered to the apps",
-                                      labels=["stream"])
-        dropped = CounterMetricFamily("vigil_stream_frames_dropped", "Frames dropped from a full live buffer",
-                                      labels=["stream"])
-        skipped = CounterMetricFamily("vigil_stream_frames_skipped", "Frames decoded that no app samples",
-                                      labels=["stream"])
-        not_decoded = CounterMetricFamily("vigil_stream_frames_not_decoded",
-                                          "Frames no app samples that nothing refers to, left undecoded",
-                                          labels=["stream"])
-        reconnects = CounterMetricFamily("vigil_stream_reconnects", "Reconnect attempts", labels=["stream"])
-        gaps = CounterMetricFamily("vigil_stream_gaps", "Gaps in frames after a reconnect", labels=["stream"])
+        found = families()
         for s in self.service.streams.list():
-            for st in STATUSES:
-                status.add_metric([s["name"], st], 1.0 if s["status"] == st else 0.0)
-            decoded.add_metric([s["name"]], s["frames_decoded"])
-            dropped.add_metric([s["name"]], s["frames_dropped"])
-            skipped.add_metric([s["name"]], s["frames_skipped"])
-            not_decoded.add_metric([s["name"]], s["frames_not_decoded"])
-            reconnects.add_metric([s["name"]], s["reconnects"])
-            gaps.add_metric([s["name"]], s["gaps"])
-        yield from (status, decoded, dropped, skipped, not_decoded, reconnects, gaps)
-        attainment = GaugeMetricFamily("vigil_app_slo_attainment", "Requests within SLO / arrived, over a window",
-                                       labels=["app", "window"])
-        throughput = GaugeMetricFamily("vigil_app_throughput_fps", "Frames completed per second, last minute",
-                                       labels=["app"])
+            for name, (*_, field) in STREAM_SERIES.items():
+                if field == "status":
+                    for st in STATUSES:
+                        found[name].add_metric([s["name"], st], 1.0 if s["status"] == st else 0.0)
+                else:
+                    found[name].add_metric([s["name"]], s[field])
         for name in self.service.apps.names():
-            for label, seconds in (("1m", 60.0), ("1h", 3600.0)):
+            for label, seconds in WINDOWS:
                 value = self.service.rollups.summary(name, seconds)["slo_attainment"]
                 if value is not None:
-                    attainment.add_metric([name, label], value)
-            throughput.add_metric([name], self.service.rollups.summary(name, 60.0)["throughput_fps"])
-        yield attainment
-        yield throughput
+                    found["vigil_app_slo_attainment"].add_metric([name, label], value)
+            throughput = self.service.rollups.summary(name, 60.0)["throughput_fps"]
+            found["vigil_app_throughput_fps"].add_metric([name], throughput)
+        yield from found.values()

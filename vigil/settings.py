@@ -25,8 +25,7 @@ SAMPLES_DIR = ROOT / "sample_videos"
 
 
 class Limits(BaseModel):
-    """What one client, camera or file can cost the server. Each default is documented
-    in configs/vigil.yaml; every one is finite."""
+    """What one client, camera or file can cost the server; every limit is finite."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
@@ -109,7 +108,7 @@ class Webhook(BaseModel):
 
 
 class Mqtt(BaseModel):
-    """An MQTT broker that gets every stored event (Frigate's topics, README: MQTT)."""
+    """An MQTT broker that gets every stored event (Frigate's topics; docs/guides/events.md)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 

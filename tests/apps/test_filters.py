@@ -79,14 +79,14 @@ def test_bad_filters_and_masks_are_named(spec, says):
     assert says in str(err.value), str(err.value)
 
 
-def test_the_readmes_example_is_a_valid_spec():
+def test_the_docs_example_is_a_valid_spec():
     import re
     from pathlib import Path
 
     import yaml
 
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    blocks = [yaml.safe_load(b) for b in re.findall(r"^```yaml\n(.*?)^```", readme, re.M | re.S)]
+    guide = (Path(__file__).resolve().parents[2] / "docs/guides/apps.md").read_text()
+    blocks = [yaml.safe_load(b) for b in re.findall(r"^```yaml\n(.*?)^```", guide, re.M | re.S)]
     example = next(b for b in blocks if isinstance(b, dict) and "masks" in b and "name" not in b)
     spec = parse_spec({"name": "t", **example})
     assert spec.filters["person"].min_score == 0.6 and spec.masks[0].classes == ["car"]

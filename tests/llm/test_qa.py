@@ -6,7 +6,7 @@ import pytest
 
 from llm.captions import FactsCollector
 from llm.facts import Aggregate, SceneFacts, answer_text, caption_counts, caption_text
-from llm.qa import aggregate, answer, parse_question
+from llm.qa import aggregate, answer, parse_question, words_agree
 
 LINES, ZONES = ["crosswalk", "midblock"], ["crosswalk", "north_sidewalk"]
 
@@ -111,6 +111,9 @@ def test_every_event_falls_in_the_window_that_reports_it():
     ("8 cars crossed.", "template"),  # a garbled count
     ("2 cars crossed between 0:02 and 0:11.", "template"),  # a window nobody asked about
     ("cars crossed.", "template"),  # no count at all
+    ("2 cars crossed midblock in.", "template"),  # one way, when both ways were counted
+    ("2 cars crossed out.", "template"),
+    ("2 cars crossed crosswalk.", "template"),  # another line
 ])
 def test_an_answer_whose_figures_differ_from_the_aggregate_is_replaced(written, grounding):
     out = answer("how many cars crossed midblock between 0:02 and 0:10?", EVENTS, [], lambda p: written, LINES, ZONES)
@@ -176,3 +179,12 @@ def test_a_zone_event_is_placed_in_a_window_by_when_its_change_happened():
     assert (before.n, after.n) == (1, 0)
     stays = aggregate(parse_question("how long did people stay in the crosswalk after 0:10?", LINES, ZONES), events)[0]
     assert stays.n == 0
+
+
+def test_an_answer_about_another_zone_or_line_is_wrong_whatever_its_figures():
+    zone = Aggregate("zone", "person", None, None, zone="crosswalk", n=2)
+    assert words_agree("yes, 2 people were in crosswalk.", zone, ZONES)
+    assert not words_agree("yes, 2 people were in north_sidewalk.", zone, ZONES)
+    count = Aggregate("count", "car", None, None, line="midblock", direction="in", n=2)
+    assert words_agree("2 cars crossed midblock in.", count, ZONES) and words_agree("2 cars crossed.", count, ZONES)
+    assert not words_agree("2 cars crossed midblock out.", count, ZONES)

@@ -67,7 +67,7 @@ class RtspServer:
         return f"rtsp://127.0.0.1:{self.port}/{self.mount}"
 
     def start(self) -> "RtspServer":
-        self.proc = subprocess.Popen([SYSTEM_PYTHON, str(ROOT / "tests/support/rtsp_server.py"), str(self.clip),
+        self.proc = subprocess.Popen([SYSTEM_PYTHON, str(ROOT / "scripts/rtsp_server.py"), str(self.clip),
                                       str(self.port), self.mount], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                      text=True)
         line = self.proc.stdout.readline()

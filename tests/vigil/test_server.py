@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 import time
 from pathlib import Path
@@ -10,6 +11,8 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
+
+from tools.docs.metrics_page import metrics_page, scraped_name
 
 from support.processes import ROOT, RtspServer, VigilServer, free_port, run_command, wait_for
 
@@ -149,6 +152,14 @@ def test_prometheus_metrics_and_latest_frame(api):
     for counter in ("decoded", "skipped", "not_decoded"):
         assert f'vigil_stream_frames_{counter}_total{{stream="street"}}' in text
     assert "vigil_requests_arrived_total" in text and "vigil_batch_size_bucket" in text
+    served = set(re.findall(r"^# TYPE (\w+) (\w+)$", text, re.M))
+    assert len(served) > 30
+    documented = metrics_page()  # docs/reference/metrics.md
+    for name, kind in served:
+        if name.endswith("_created"):  # prometheus_client's creation time of each counter and histogram
+            continue
+        shown = name if kind == "counter" else scraped_name(name, kind)  # a counter's TYPE line has its _total
+        assert f"`{shown}`" in documented, f"{name} ({kind}) is served but not documented"
     r = api.get("/v1/apps/people/frame.jpg")
     assert r.status_code == 200 and r.headers["content-type"] == "image/jpeg" and r.content[:2] == b"\xff\xd8"
 
@@ -192,9 +203,9 @@ def test_cli_talks_to_the_api(server):
     assert out.returncode == 1 and "404" in out.stderr
 
 
-def test_the_readmes_streams_add_registers_the_callers_file(server, tmp_path):
+def test_the_documented_streams_add_registers_the_callers_file(server, tmp_path):
     """`vigil streams add lobby sample_videos/street_a.mp4` from the project folder, as the
-    README has it: the positional url is the camera (not the server's --url), and the
+    docs have it: the positional url is the camera (not the server's --url), and the
     relative path is the caller's, sent absolute."""
     out = run_command([sys.executable, "-m", "cli", "streams", "add", "readme-lobby", "sample_videos/street_a.mp4",
                        "--options", '{"loop": false}', "--url", server.url], 60, cwd=ROOT)

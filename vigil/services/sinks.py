@@ -12,11 +12,14 @@ from vigil.settings import Sinks
 from vigil.storage import Storage
 
 
+def delivery_counter(registry: CollectorRegistry) -> Counter:
+    return Counter("vigil_sink_deliveries", "tries to deliver an event to a sink, by outcome "
+                   "(delivered, rejected, failed: to be tried again)", ["kind", "sink", "outcome"], registry=registry)
+
+
 class SinkService:
     def __init__(self, sinks: Sinks, storage: Storage, registry: CollectorRegistry) -> None:
-        counter = Counter("vigil_sink_deliveries", "tries to deliver an event to a sink, by outcome "
-                          "(delivered, rejected, failed: to be tried again)", ["kind", "sink", "outcome"],
-                          registry=registry)
+        counter = delivery_counter(registry)
         self.sinks: list[OutboxSink] = [WebhookSink(h, storage, counter) for h in sinks.webhooks]
         if sinks.mqtt is not None:
             self.sinks.append(MqttSink(sinks.mqtt, storage, counter))
