@@ -32,7 +32,8 @@ def cpu_model() -> str:
 
 
 def commit() -> dict:
-    """The checkout's commit and whether its tracked files differ from it; nulls outside git."""
+    """The checkout's commit and whether its tracked files (results aside) differ from it;
+    nulls outside git."""
     def git(*args: str) -> str | None:
         try:
             proc = subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True, timeout=10)
@@ -41,7 +42,8 @@ def commit() -> dict:
         return proc.stdout.strip() if proc.returncode == 0 else None
 
     sha = git("rev-parse", "HEAD")
-    status = git("status", "--porcelain", "--untracked-files=no") if sha else None
+    # a result written over its committed predecessor (bench/results/) is not a change of the code
+    status = git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)bench/results") if sha else None
     return {"commit": sha, "dirty": bool(status) if status is not None else None}
 
 

@@ -12,9 +12,8 @@ import httpx
 import pytest
 import yaml
 
-from tools.docs.metrics_page import metrics_page, scraped_name
-
 from support.processes import ROOT, RtspServer, VigilServer, free_port, run_command, wait_for
+from tools.docs.metrics_page import metrics_page, scraped_name
 
 
 def test_health_ready_docs_and_openapi(api):

@@ -71,7 +71,7 @@ def rows_of(result: Result, spec: dict) -> list[list[str]]:
         items = list(found.items()) if isinstance(found, dict) else [(None, r) for r in (found or [])]
     out = []
     for key, row in items:
-        cells = [key if path == "$key" else shown(lookup(result.data, path, row)) for _, path in columns]
+        cells = [key if column[1] == "$key" else shown(lookup(result.data, column[1], row)) for column in columns]
         out.append(cells)
     return out
 
@@ -94,7 +94,7 @@ def results_table(kind: str, results: list[Result], specs: dict | None = None) -
     if not mine:
         return f"*No {kind} result is committed yet.*\n"
     spec = specs[kind]
-    header = [h for h, _ in spec["columns"]]
+    header = [column[0] for column in spec["columns"]]
     many = len(mine) > 1
     rows = [([code(r.name)] if many else []) + cells for r in mine for cells in rows_of(r, spec)]
     out = [table((["result"] if many else []) + header, rows), "Run on:\n"]
