@@ -62,6 +62,11 @@ class LlamaConfig:
             raw = json.loads(path.read_text())
         except (OSError, ValueError) as exc:
             raise CheckpointError(f"{path}: cannot read: {exc}") from None
+        return cls.from_dict(raw, path)
+
+    @classmethod
+    def from_dict(cls, raw: dict, path: Path) -> "LlamaConfig":
+        """From config.json's fields (or a GGUF's, given those names); errors name `path`."""
         family = raw.get("model_type") or "llama"
         if family not in FAMILIES:
             raise CheckpointError(f"{path}: model_type: supported are {', '.join(FAMILIES)}; was {family!r}")
@@ -156,21 +161,6 @@ class RMSNorm(nn.Module):
         x = x.float()
         x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
         return self.weight * x.to(dtype)
-
-
-def _unfused(key: str, tensor: torch.Tensor, cfg: LlamaConfig) -> dict[str, torch.Tensor]:
-    """Phi-3 keeps q, k and v in one `qkv_proj` and the MLP's gate and up in one
-    `gate_up_proj` (gate first); the layer holds them apart (and fuses its own way)."""
-    prefix, _, rest = key.rpartition("qkv_proj.")
-    if _:
-        nq, nkv = cfg.num_attention_heads * cfg.head_dim, cfg.num_key_value_heads * cfg.head_dim
-        q, k, v = tensor.split((nq, nkv, nkv), dim=0)
-        return {f"{prefix}q_proj.{rest}": q, f"{prefix}k_proj.{rest}": k, f"{prefix}v_proj.{rest}": v}
-    prefix, _, rest = key.rpartition("gate_up_proj.")
-    if _:
-        gate, up = tensor.chunk(2, dim=0)
-        return {f"{prefix}gate_proj.{rest}": gate, f"{prefix}up_proj.{rest}": up}
-    return {key: tensor}
 
 
 def _sliding_window(raw: dict) -> int | None:
@@ -303,44 +293,6 @@ class LlamaModel(nn.Module):
         self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
         self._rope: tuple[torch.Tensor, torch.Tensor] | None = None
         self.workspace = Workspace()
-
-    @classmethod
-    def from_pretrained(cls, folder: Path, device: str = "cpu") -> "LlamaModel":
-        """The way to make a model to run: weights loaded, moved to the device, then each
-        layer's projections fused (forward uses the fused weights)."""
-        from safetensors.torch import load_file
-
-        folder = Path(folder)
-        cfg = LlamaConfig.from_file(folder / "config.json")
-        files = sorted(folder.glob("*.safetensors"))
-        if not files:
-            raise CheckpointError(f"{folder}: no *.safetensors weights")
-        state: dict[str, torch.Tensor] = {}
-        for f in files:
-            state.update(load_file(str(f)))
-        model = cls(cfg)
-        mapped = {}
-        for name, tensor in state.items():
-            key = name.removeprefix("model.")
-            key = key.replace("self_attn.", "").replace("mlp.", "")
-            mapped.update(_unfused(key, tensor.float(), cfg))
-        if cfg.tie_word_embeddings or "lm_head.weight" not in mapped:
-            mapped["lm_head.weight"] = mapped.get("embed_tokens.weight")
-        expected = set(model.state_dict())
-        missing = sorted(expected - set(mapped))
-        if missing:
-            raise CheckpointError(f"{folder}: weights missing for {missing[:5]}{' ...' if len(missing) > 5 else ''}")
-        unknown = sorted(k for k in mapped if k not in expected and "rotary_emb" not in k)
-        if unknown:
-            raise CheckpointError(f"{folder}: unexpected weights {unknown[:5]}")
-        try:
-            model.load_state_dict({k: mapped[k] for k in expected})
-        except RuntimeError as exc:
-            raise CheckpointError(f"{folder}: weights do not match config.json: {exc}") from None
-        model = model.to(device).eval()
-        for layer in model.layers:
-            layer.fuse()
-        return model
 
     def rope(self) -> tuple[torch.Tensor, torch.Tensor]:
         if self._rope is None or self._rope[0].device != self.embed_tokens.weight.device:

@@ -1,7 +1,7 @@
 """Loading an LLM of the model repository into an `LLMEngine`.
 
 An LLM model is a folder `configs/models/<name>/<version>/` in Hugging Face format
-(`config.json`, `*.safetensors`, `tokenizer.json`). Which version is served follows the
+(`config.json`, `*.safetensors`, `tokenizer.json`), or holding one GGUF file. Which version is served follows the
 model's version policy in `<name>/model_config.yaml` (models/repository.py), as for
 vision models: the newest of the versions it selects (one engine serves one version).
 The OpenAI protocol over it lives in the server (vigil/openai_protocol.py).
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from llm.checkpoint import load_model
 from llm.engine import EngineConfig, LLMEngine
-from llm.model import LlamaModel
 from llm.tokenizer import Tokenizer
 from models.repository import ModelRepository
 
@@ -21,15 +21,20 @@ DEFAULT_LLM = "scene-lm"
 LLM_FILES = ("config.json", "tokenizer.json")
 
 
+def is_llm_version(folder: Path) -> bool:
+    return all((folder / f).exists() for f in LLM_FILES) or len(list(folder.glob("*.gguf"))) == 1
+
+
 def llm_version(repository: ModelRepository, name: str) -> Path:
     """The folder of the version of LLM `name` to serve: the newest of the complete
     versions on disk that the model's version policy selects."""
     folder = repository.root / name
     on_disk = sorted(int(v.name) for v in folder.iterdir() if v.is_dir() and v.name.isdigit()
-                     and all((v / f).exists() for f in LLM_FILES)) if folder.is_dir() else []
+                     and is_llm_version(v)) if folder.is_dir() else []
     if not on_disk:
+        fetch = " (its weights are installed by `vigil models fetch`)" if (folder / "fetch.yaml").exists() else ""
         raise FileNotFoundError(f"{folder}: no LLM versions (a folder N/ with config.json, *.safetensors and "
-                                "tokenizer.json)")
+                                f"tokenizer.json, or one GGUF file){fetch}")
     selected = repository.config(name).version_policy.select(on_disk)
     if not selected:
         raise FileNotFoundError(f"{folder / 'model_config.yaml'}: version_policy selects none of the versions on "
@@ -41,6 +46,6 @@ def load_llm(root: Path, name: str, device: str = "cpu", config: EngineConfig | 
              metrics=None) -> LLMEngine:
     """The engine of LLM `name` of the repository at `root` (not started)."""
     path = llm_version(ModelRepository(root), name)
-    model = LlamaModel.from_pretrained(path, device)
+    model = load_model(path, device)
     tok = Tokenizer(path, eos_ids=model.cfg.eos_ids)
     return LLMEngine(model, tok, config, name=name, arbiter=arbiter, metrics=metrics)

@@ -1,4 +1,5 @@
-"""Tokenizer from a Hugging Face `tokenizer.json` (the `tokenizers` library)."""
+"""Tokenizer from a Hugging Face `tokenizer.json`, or from a GGUF file's metadata (the
+`tokenizers` library either way)."""
 
 from __future__ import annotations
 
@@ -8,22 +9,39 @@ from pathlib import Path
 
 class Tokenizer:
     def __init__(self, folder: Path, eos_ids: tuple[int, ...] = ()) -> None:
+        from llm.checkpoint import checkpoint_path
+
+        self.eos_ids = eos_ids
+        path = checkpoint_path(Path(folder))
+        if path.suffix == ".gguf":
+            self._read_gguf(path)
+        else:
+            self._read_folder(path)
+
+    def _read_folder(self, folder: Path) -> None:
         from tokenizers import Tokenizer as HFTokenizer
 
-        folder = Path(folder)
         path = folder / "tokenizer.json"
         if not path.exists():
             raise FileNotFoundError(f"{path}: no tokenizer")
         self.hf = HFTokenizer.from_file(str(path))
         config = folder / "tokenizer_config.json"
         extra = json.loads(config.read_text()) if config.exists() else {}
-        self.eos_ids = eos_ids
         self.chat_template = extra.get("chat_template")
         if isinstance(self.chat_template, list):  # several named templates: the default one
             named = {t.get("name"): t.get("template") for t in self.chat_template if isinstance(t, dict)}
             self.chat_template = named.get("default")
         self.special_tokens = {k: v if isinstance(v, str) else v.get("content", "") for k, v in extra.items()
                                if k in ("bos_token", "eos_token", "pad_token", "unk_token") and v}
+
+    def _read_gguf(self, path: Path) -> None:
+        from llm.gguf import GGUFCheckpoint, read_metadata, special_tokens, tokenizer
+
+        metadata, _ = read_metadata(path)
+        checkpoint = GGUFCheckpoint(path, metadata, {}, ())
+        self.hf = tokenizer(checkpoint)
+        self.chat_template = metadata.get("tokenizer.chat_template")
+        self.special_tokens = special_tokens(checkpoint)
 
     def encode(self, text: str) -> list[int]:
         """Ids as transformers' fast tokenizer gives them: special tokens (a BOS) come

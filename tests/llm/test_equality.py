@@ -9,9 +9,9 @@ import pytest
 import torch
 from tiny import make_tiny_llama
 
+from llm.checkpoint import load_model
 from llm.cuda_graphs import graph_sizes
 from llm.engine import EngineConfig, LLMEngine
-from llm.model import LlamaModel
 from llm.sampling import SamplingParams
 from llm.tokenizer import Tokenizer
 
@@ -28,7 +28,7 @@ MODES = ["cpu", "cpu-static", pytest.param("cuda", marks=[pytest.mark.gpu, pytes
 
 
 def make_engine(folder, config: EngineConfig, mode: str) -> LLMEngine:
-    engine = LLMEngine(LlamaModel.from_pretrained(folder, device_of(mode)), Tokenizer(folder), config)
+    engine = LLMEngine(load_model(folder, device_of(mode)), Tokenizer(folder), config)
     if mode == "cpu-static":
         engine.use_step_graphs(capture=False)
     assert (engine.graphs is not None) == (mode != "cpu")

@@ -11,8 +11,8 @@ import pytest
 from tiny import make_tiny_llama
 
 from engine.engine import Engine, Request
+from llm.checkpoint import load_model
 from llm.engine import EngineConfig, LLMEngine
-from llm.model import LlamaModel
 from llm.requests import LLMRequest
 from llm.sampling import SamplingParams
 from llm.tokenizer import Tokenizer
@@ -26,7 +26,7 @@ def tiny(tmp_path_factory):
 
 
 def engine(tiny, **kw) -> LLMEngine:
-    return LLMEngine(LlamaModel.from_pretrained(tiny), Tokenizer(tiny, eos_ids=(96,)),
+    return LLMEngine(load_model(tiny), Tokenizer(tiny, eos_ids=(96,)),
                      EngineConfig(**{"num_blocks": 64, "block_size": 4, **kw}))
 
 
@@ -143,7 +143,7 @@ def test_llm_steps_keep_their_share_beside_a_saturated_vision_engine(tiny, lanes
         clients = [threading.Thread(target=keep_busy, args=(c,), daemon=True) for c in range(2)]
         for c in clients:
             c.start()
-        e = LLMEngine(LlamaModel.from_pretrained(tiny), Tokenizer(tiny),
+        e = LLMEngine(load_model(tiny), Tokenizer(tiny),
                       EngineConfig(num_blocks=64, block_size=4, min_share=0.2), arbiter=vision.arbiter).start()
         try:
             threading.Event().wait(1.0)  # vision is saturated

