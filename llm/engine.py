@@ -55,6 +55,7 @@ class EngineConfig:
     cuda_graphs: bool = True  # on a GPU, steps replay captured CUDA graphs (llm/cuda_graphs.py)
     max_waiting: int | None = None  # requests that may wait to run; past it add_request raises EngineFull
     min_share: float = 0.1  # of device time owed to LLM steps when a vision engine shares the device
+    prefix_caching: bool = True  # full blocks of K/V are kept by their prefix and reused (llm/block_pool.py)
 
     def scheduler(self) -> SchedulerConfig:
         return SchedulerConfig(self.block_size, self.max_num_seqs, self.max_step_tokens, self.request_level)
@@ -74,8 +75,10 @@ class LLMEngine:
         device = model.embed_tokens.weight.device
         # one block more than the pool hands out: scratch for the padding rows of a captured step
         self.kv = new_kv_cache(model.cfg, self.config.num_blocks + 1, self.config.block_size, str(device))
-        self.scheduler = Scheduler(self.config.scheduler(), KVCacheManager(self.config.num_blocks), tokenizer,
-                                   self.metrics, clock)
+        self.scheduler = Scheduler(self.config.scheduler(), KVCacheManager(self.config.num_blocks,
+                                                                          self.config.block_size,
+                                                                          self.config.prefix_caching),
+                                   tokenizer, self.metrics, clock)
         self._ids = itertools.count()
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None

@@ -1,5 +1,6 @@
-"""The paged KV cache (vLLM): one tensor of fixed-size blocks, a pool that hands them out,
-and the addressing a step is built from.
+"""The paged KV cache (vLLM): one tensor of fixed-size blocks, a pool that hands them out
+and caches full blocks by their prefix (llm/block_pool.py), and the addressing a step
+is built from.
 
 A request holds a block table, the pool blocks its positions live in, in order:
 position p is in block `table[p // block_size]` at offset `p % block_size`, so its K/V
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from llm.block_pool import BlockPool, chain_hash
 from llm.model import Batch, LlamaConfig, SeqBatch
 
 if TYPE_CHECKING:
@@ -38,33 +40,15 @@ def slot_mapping(block_table: list[int], start: int, num_tokens: int, block_size
     return [block_table[p // block_size] * block_size + p % block_size for p in range(start, start + num_tokens)]
 
 
-class BlockPool:
-    """Fixed-size KV blocks; a free list. Every block is either free or held by exactly
-    one request (a leak shows as `num_free < num_blocks` with nothing running)."""
-
-    def __init__(self, num_blocks: int) -> None:
-        self.num_blocks = num_blocks
-        self._free = list(range(num_blocks - 1, -1, -1))
-
-    @property
-    def num_free(self) -> int:
-        return len(self._free)
-
-    def allocate(self, n: int) -> list[int]:
-        if n > len(self._free):
-            raise RuntimeError(f"asked for {n} KV blocks with {len(self._free)} free")  # scheduler bug
-        return [self._free.pop() for _ in range(n)]
-
-    def free(self, blocks: list[int]) -> None:
-        self._free.extend(reversed(blocks))
-
-
 class KVCacheManager:
-    """Requests' KV blocks: the one place they are handed out (`allocate_slots`) and
-    given back (`free`). A request's block table is `request.blocks`."""
+    """Requests' KV blocks: the one place they are handed out (`allocate_slots`, or
+    `attach` for cached prefix blocks) and given back (`free`), and where full blocks are
+    named for the prefix cache (llm/block_pool.py). A request's block table is
+    `request.blocks`."""
 
-    def __init__(self, num_blocks: int) -> None:
-        self.pool = BlockPool(num_blocks)
+    def __init__(self, num_blocks: int, block_size: int = 16, caching: bool = True) -> None:
+        self.pool = BlockPool(num_blocks, caching)
+        self.block_size = block_size
 
     @property
     def num_blocks(self) -> int:
@@ -82,9 +66,50 @@ class KVCacheManager:
         """`num_blocks` more blocks at the end of the request's table."""
         request.blocks += self.pool.allocate(num_blocks)
 
+    def lookup(self, request: "LLMRequest") -> tuple[list[int], int]:
+        """For a request that holds nothing yet: the cached blocks of its longest cached
+        prefix (at least its last token is left to compute, so that it samples), and how
+        many of those are on the free list (taking them costs free blocks)."""
+        if not self.pool.caching or request.blocks or request.num_computed_tokens:
+            return [], 0
+        names = self.names(request, (request.num_tokens - 1) // self.block_size)
+        found = self.pool.lookup(names)
+        return found, self.pool.free_among(found)
+
+    def attach(self, request: "LLMRequest", blocks: list[int]) -> None:
+        """Start the request on cached blocks: their tokens count as computed."""
+        self.pool.take(blocks)
+        request.blocks = list(blocks)
+        request.num_named_blocks = len(blocks)
+        request.num_computed_tokens = len(blocks) * self.block_size
+
+    def cache_full_blocks(self, request: "LLMRequest") -> None:
+        """Name the request's blocks that its computed tokens have filled."""
+        full = min(request.num_computed_tokens // self.block_size, len(request.blocks))
+        if not self.pool.caching or full <= request.num_named_blocks:
+            return
+        names = self.names(request, full)
+        for i in range(request.num_named_blocks, full):
+            self.pool.cache(request.blocks[i], names[i])
+        request.num_named_blocks = full
+
+    def names(self, request: "LLMRequest", num_blocks: int) -> list[bytes]:
+        """The names of the request's first `num_blocks` full blocks (kept on the request:
+        its tokens never change, so neither do they)."""
+        have = request.block_names
+        for i in range(len(have), num_blocks):
+            have.append(chain_hash(have[-1] if have else None, request.token_ids(i * self.block_size,
+                                                                                 self.block_size)))
+        return have[:num_blocks]
+
+    def freeable(self, request: "LLMRequest") -> int:
+        """Blocks that freeing the request would put on the free list: those it holds alone."""
+        return sum(1 for b in request.blocks if self.pool.refs[b] == 1)
+
     def free(self, request: "LLMRequest") -> None:
         self.pool.free(request.blocks)
         request.blocks = []
+        request.num_named_blocks = 0
 
 
 @dataclass

@@ -26,7 +26,21 @@ class LLMMetrics:
                                 registry=r)
         self.rejected = Counter("vigil_llm_requests_rejected", "Requests refused because too many were waiting",
                                 registry=r)
+        self.prefix_queries = Counter("vigil_llm_prefix_cache_queries", "Tokens of admitted requests looked up in "
+                                      "the prefix cache", registry=r)
+        self.prefix_hits = Counter("vigil_llm_prefix_cache_hits", "Of those, tokens found (not computed again)",
+                                   registry=r)
+        self.prefix_ratio = Gauge("vigil_llm_prefix_cache_hit_ratio", "Prefix cache hits / queries, in tokens, "
+                                  "since start", registry=r)
+        self._queried = self._hit = 0
 
     def finished(self, reason: str, e2e_s: float, num_prompt: int, num_generated: int) -> None:
         self.requests.labels(reason).inc()
         self.e2e.observe(e2e_s)
+
+    def prefix_cached(self, queried: int, hit: int) -> None:
+        self._queried += queried
+        self._hit += hit
+        self.prefix_queries.inc(queried)
+        self.prefix_hits.inc(hit)
+        self.prefix_ratio.set(self._hit / self._queried if self._queried else 0.0)

@@ -39,6 +39,8 @@ class LLMRequest:
     output_ids: list[int] = field(default_factory=list)
     num_computed_tokens: int = 0
     blocks: list[int] = field(default_factory=list)  # block table: the KV blocks of its positions, in order
+    block_names: list[bytes] = field(default_factory=list)  # prefix-cache names of its full blocks, as computed
+    num_named_blocks: int = 0  # of `blocks`, those given their names in the cache
     generator: torch.Generator | None = None
     text: str = ""  # detokenized output so far (stop strings cut here)
     prefix_offset: int = 0  # incremental detokenization: output_ids[prefix_offset:read_offset] were
@@ -65,9 +67,9 @@ class LLMRequest:
     def num_tokens(self) -> int:
         return len(self.prompt_ids) + len(self.output_ids)
 
-    def state(self) -> SeqState:
+    def state(self, freeable: int | None = None, cached_blocks: int = 0, cached_free: int = 0) -> SeqState:
         return SeqState(self.request_id, self.num_tokens, self.num_computed_tokens, len(self.blocks), self.priority,
-                        self.arrival)
+                        self.arrival, freeable, cached_blocks, cached_free)
 
 
 class RequestHandle:

@@ -63,12 +63,18 @@ class Scheduler:
         """This step's (request, tokens it computes), in plan order, with the plan's
         preemptions, admissions and blocks carried out."""
         self.reap_aborted()
-        plan = schedule([r.state() for r in self.running.values()], [r.state() for r in self.waiting.values()],
+        found = {rid: self.kv_cache.lookup(r) for rid, r in self.waiting.items()}
+        plan = schedule([r.state(self.kv_cache.freeable(r)) for r in self.running.values()],
+                        [r.state(None, len(found[rid][0]), found[rid][1]) for rid, r in self.waiting.items()],
                         self.kv_cache.num_free, self.config)
         for rid in plan.preempted:
             self._preempt(self.running.pop(rid))
-        for rid in plan.admitted:
-            self.running[rid] = self.waiting.pop(rid)
+        for rid in plan.admitted:  # cached blocks are taken before any is handed out
+            req = self.running[rid] = self.waiting.pop(rid)
+            hit = plan.hits.get(rid, 0)
+            if hit:
+                self.kv_cache.attach(req, found[rid][0][:hit])
+            self.metrics.prefix_cached(req.num_tokens, hit * self.config.block_size)
         for rid, n in plan.new_blocks.items():
             self.kv_cache.allocate_slots(self.running[rid], n)
         self.report()
@@ -81,6 +87,7 @@ class Scheduler:
         generated = 0
         for (req, n), token in zip(scheduled, sampled):
             req.num_computed_tokens += n
+            self.kv_cache.cache_full_blocks(req)
             if token is None or req.request_id in self._aborted:
                 continue
             if isinstance(token, Exception):

@@ -12,7 +12,9 @@ KV memory is paged (vLLM): a request holds `ceil(computed / block_size)` blocks.
 running request needs a block and none is free, the running request of lowest
 priority and latest arrival is preempted (its blocks are freed and it is recomputed
 from scratch later; possibly the request itself). Waiting requests are admitted in
-order of priority then arrival, only when their next chunk's blocks are free.
+order of priority then arrival, only when their next chunk's blocks are free. A waiting
+request whose prompt begins with blocks in the prefix cache (llm/block_pool.py) starts on
+them, and computes only the rest.
 
 `request_level=True` is the ablation: nothing new is admitted while any request runs
 (a batch runs until its longest member ends), as request-level serving does.
@@ -49,6 +51,9 @@ class SeqState:
     num_blocks: int  # KV blocks held
     priority: int = 0  # higher runs first
     arrival: float = 0.0
+    freeable: int | None = None  # running: blocks its preemption would free (none shared); None: all it holds
+    cached_blocks: int = 0  # waiting: its prefix's blocks in the prefix cache, taken when it is admitted
+    cached_free: int = 0  # of those, the ones on the free list (taking them uses up free blocks)
 
 
 @dataclass
@@ -57,6 +62,7 @@ class StepPlan:
     new_blocks: dict[str, int] = field(default_factory=dict)  # request -> blocks to allocate first
     preempted: list[str] = field(default_factory=list)  # running requests to free and recompute later
     admitted: list[str] = field(default_factory=list)  # waiting requests that start running
+    hits: dict[str, int] = field(default_factory=dict)  # admitted request -> cached prefix blocks it starts on
 
     @property
     def num_tokens(self) -> int:
@@ -88,10 +94,10 @@ def schedule(running: list[SeqState], waiting: list[SeqState], num_free_blocks: 
         while need > free and queue:  # free the least important running request
             victim = queue.pop()
             plan.preempted.append(victim.request_id)
-            free += victim.num_blocks
+            free += victim.num_blocks if victim.freeable is None else victim.freeable
         if need > free:  # nothing left to take: this request itself waits its turn again
             plan.preempted.append(s.request_id)
-            free += s.num_blocks
+            free += s.num_blocks if s.freeable is None else s.freeable
             continue
         free -= max(0, need)
         if need > 0:
@@ -105,15 +111,22 @@ def schedule(running: list[SeqState], waiting: list[SeqState], num_free_blocks: 
     for s in sorted(waiting, key=_rank):
         if num_running >= cfg.max_num_seqs or (budget <= 0 and not cfg.request_level):
             break
+        # A prefix found in the cache counts as computed. Not in a step that preempts: the
+        # blocks it frees change which cached blocks are free.
+        hit = 0 if plan.preempted else s.cached_blocks
+        start = s.num_computed_tokens + hit * cfg.block_size
         # request-level admits the whole batch at once; prompts beyond this step's
         # budget are prefilled in the next steps
-        n = min(s.num_tokens - s.num_computed_tokens, max(budget, 0))
-        need = blocks_for(s.num_computed_tokens + n, cfg.block_size) - s.num_blocks
-        if need > free:
+        n = min(s.num_tokens - start, max(budget, 0))
+        need = blocks_for(start + n, cfg.block_size) - s.num_blocks - hit
+        cost = need + (s.cached_free if hit else 0)
+        if cost > free:
             break  # in order: a later request must not overtake one that waits for memory
-        free -= need
+        free -= cost
         if need > 0:
             plan.new_blocks[s.request_id] = need
+        if hit:
+            plan.hits[s.request_id] = hit
         if n > 0:
             plan.scheduled[s.request_id] = n
         plan.admitted.append(s.request_id)

@@ -54,6 +54,22 @@ def test_a_request_that_cannot_fit_preempts_itself():
     assert plan.preempted == ["only"] and plan.scheduled == {}
 
 
+def test_preempting_a_request_frees_only_the_blocks_it_holds_alone():
+    shared = SeqState("shares", 9, 8, 2, 0, 2.0, freeable=0)  # both its blocks are a cached prefix another holds
+    plan = schedule([seq("a", 9, 8, arrival=0.0), shared], [], num_free_blocks=0, cfg=CFG)
+    assert plan.preempted == ["shares", "a"] and plan.scheduled == {}  # nothing came free: "a" waits too
+
+
+def test_a_cached_prefix_counts_as_computed_and_costs_only_its_free_blocks():
+    waiting = [SeqState("w", 10, 0, 0, cached_blocks=2, cached_free=1)]  # 8 of 10 tokens cached
+    plan = schedule([], waiting, num_free_blocks=2, cfg=CFG)
+    assert plan.hits == {"w": 2} and plan.scheduled == {"w": 2} and plan.new_blocks == {"w": 1}
+    plan = schedule([], waiting, num_free_blocks=1, cfg=CFG)  # one for its third block, one to take back
+    assert plan.admitted == []
+    plan = schedule([seq("r", 9, 8)], waiting, num_free_blocks=0, cfg=CFG)  # a step that preempts uses no hits
+    assert plan.preempted == ["r"] and plan.hits == {}
+
+
 def test_request_level_admits_nothing_while_a_batch_runs():
     cfg = SchedulerConfig(block_size=4, max_num_seqs=8, max_step_tokens=16, request_level=True)
     plan = schedule([seq("a", 10, 9)], [seq("b", 3)], num_free_blocks=10, cfg=cfg)
@@ -88,7 +104,7 @@ def owner(num_blocks: int):
     from llm.metrics import LLMMetrics
     from llm.scheduler import Scheduler
 
-    return Scheduler(CFG, KVCacheManager(num_blocks), Words(), LLMMetrics(), lambda: 0.0)
+    return Scheduler(CFG, KVCacheManager(num_blocks, CFG.block_size), Words(), LLMMetrics(), lambda: 0.0)
 
 
 def request(rid: str, prompt: list[int], max_tokens: int, arrival: float = 0.0):
