@@ -55,6 +55,9 @@ def register(sub) -> None:
                        "`make triton-venv` has made .triton-venv)")
     bench.add_argument("--models", "--models-dir", dest="models_dir", type=Path, default=MODELS_DIR,
                        metavar="DIR", help="llm: model repository holding scene-lm (default: configs/models)")
+    bench.add_argument("--llm", default="scene-lm", metavar="NAME",
+                       help="llm: the LLM of the repository to serve (default: scene-lm; smollm2-135m-instruct is "
+                            "the GGUF instruct model set-up installs)")
     bench.add_argument("--trial-s", type=float, default=20.0, metavar="S",
                        help="llm: seconds of arrivals in each trial (default: 20)")
     bench.add_argument("--max-batch", type=int, default=32, metavar="N",
@@ -127,7 +130,7 @@ def _run(args: argparse.Namespace) -> dict | int:
             if args.trial_s <= 0 or args.max_batch < 1:
                 raise ValueError("--trial-s must be > 0 and --max-batch >= 1")
             options = LLMBenchOptions(quick=args.quick, repository=args.models_dir, device=resolve_device(args.device),
-                                      trial_s=args.trial_s, max_batch=args.max_batch)
+                                      trial_s=args.trial_s, max_batch=args.max_batch, model=args.llm)
             result = run_llm_bench(options, log=lambda m: print(m, file=sys.stderr, flush=True))
         except (ValueError, FileNotFoundError) as exc:
             print(f"error: {exc}", file=sys.stderr)

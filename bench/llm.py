@@ -1,12 +1,17 @@
-"""`vigil bench llm`: the same model and workload served three ways, side by side:
+"""`vigil bench llm`: the same model and workload served four ways, side by side:
 
-  (a) Vigil's engine: iteration-level scheduling, selective batching, paged KV;
-  (b) Hugging Face transformers `generate` with static request-level batching: the
+  (a) Vigil's engine: iteration-level scheduling, selective batching, paged KV with
+      prefix caching;
+  (b) the same engine with prefix caching off (the ablation of the cache);
+  (c) Hugging Face transformers `generate` with static request-level batching: the
       requests waiting when a batch starts are padded into one batch that runs until
       its longest member ends;
-  (c) Vigil's engine restricted to request-level batching (the ablation).
+  (d) Vigil's engine restricted to request-level batching (the ablation of iteration-
+      level scheduling).
 
-Workload: Poisson arrivals; prompts are scene-lm caption prompts; output lengths drawn
+Workload: Poisson arrivals; prompts are caption requests for random scene facts (for a
+chat model, the same instruction then the facts, through its chat template: a shared
+prefix of every request; for scene-lm its own caption prompt); output lengths drawn
 uniformly from 8 to 256 tokens (generated to exactly that length). For each system
 the highest arrival rate is searched (doubling, then three bisection steps) at which
 p99 latency stays within a bound, and the throughput (generated tokens/s) at that rate
@@ -19,7 +24,10 @@ Near a system's capacity one trial's p99 swings with the machine (on a shared 2-
 VM the same rate gave 2.35 s in one run and 3.5 s in another), so the three searches
 take turns, a trial each, so that a slow spell of the machine falls on all three
 alike, and a rate that breaks the bound narrowly is tried once more before it counts
-as beyond. The time alone is the median of three runs.
+as beyond. The time alone is the median of three runs. Prefix caching shows most in
+the time to first token: after the searches, the engine with the cache runs once more at
+the rate the engine without it reached, and the two mean times to first token are
+compared at that one rate.
 """
 
 from __future__ import annotations
@@ -34,8 +42,9 @@ from typing import Callable, Generator
 import numpy as np
 import torch
 
+from llm.checkpoint import checkpoint_path
 from llm.engine import EngineConfig, LLMEngine
-from llm.facts import caption_prompt
+from llm.prompts import caption_request
 from llm.requests import RequestHandle
 from llm.sampling import SamplingParams
 from llm.scene_corpus import random_facts
@@ -69,18 +78,35 @@ class Job:
     num_out: int
 
 
+def caption_ids(tokenizer: Tokenizer, facts) -> list[int]:
+    prompt = caption_request(tokenizer, facts)
+    return tokenizer.encode(prompt) if isinstance(prompt, str) else prompt
+
+
 def workload(tokenizer, rate: float, n: int, opts: LLMBenchOptions) -> list[Job]:
     rng = random.Random(opts.seed)
     t, jobs = 0.0, []
     for _ in range(n):
         t += rng.expovariate(rate)
-        jobs.append(Job(t, tokenizer.encode(caption_prompt(random_facts(rng))),
-                        rng.randint(opts.min_tokens, opts.max_tokens)))
+        jobs.append(Job(t, caption_ids(tokenizer, random_facts(rng)), rng.randint(opts.min_tokens, opts.max_tokens)))
     return jobs
 
 
-def run_vigil(engine: LLMEngine, jobs: list[Job]) -> tuple[list[float], float, int]:
-    """Returns per-request latency (s), makespan (s), generated tokens.
+def reference_model(path: Path, device: str):
+    """transformers' model of the same checkpoint (a GGUF through `gguf_file=`), in float32."""
+    from transformers import AutoModelForCausalLM
+
+    path = checkpoint_path(path)
+    if path.suffix == ".gguf":
+        model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
+    else:
+        model = AutoModelForCausalLM.from_pretrained(path)
+    return model.to(device).eval()
+
+
+def run_vigil(engine: LLMEngine, jobs: list[Job]) -> tuple[list[float], float, int, list[float]]:
+    """Returns per-request latency (s), makespan (s), generated tokens, per-request time
+    to first token (s).
 
     The engine steps on the calling thread while a feeder thread submits the arrivals,
     as transformers' `generate` computes on the calling thread in (b). On a small CPU
@@ -106,18 +132,21 @@ def run_vigil(engine: LLMEngine, jobs: list[Job]) -> tuple[list[float], float, i
         else:
             time.sleep(0.0005)
     feeder.join()
-    latencies, tokens = [], 0
+    latencies, tokens, firsts = [], 0, []
     for job, h in handles:
         out = h.result(60)
         latencies.append(h.request.last_token_s - h.request.arrival)
+        firsts.append(h.request.first_token_s - h.request.arrival)
         tokens += len(h.request.output_ids)
         assert out.finish_reason == "length"
     makespan = time.perf_counter() - t0
     engine.close()
-    return latencies, makespan, tokens
+    return latencies, makespan, tokens, firsts
 
 
-def run_hf_static(model, jobs: list[Job], max_batch: int, pad_id: int) -> tuple[list[float], float, int]:
+def run_hf_static(model, jobs: list[Job], max_batch: int, pad_id: int) -> tuple[list[float], float, int, list[float]]:
+    """As `run_vigil`; a static batch returns its tokens at its end, so the first comes
+    with the last."""
     device = model.device
     t0 = time.perf_counter()
     latencies, tokens, i = [], 0, 0
@@ -144,7 +173,7 @@ def run_hf_static(model, jobs: list[Job], max_batch: int, pad_id: int) -> tuple[
         for j in batch:
             latencies.append(end - j.arrival_s)
             tokens += j.num_out  # what each request asked for; the rest of the batch's work is waste
-    return latencies, time.perf_counter() - t0, tokens
+    return latencies, time.perf_counter() - t0, tokens, latencies
 
 
 Search = Generator[float, dict, "dict | None"]
@@ -219,21 +248,21 @@ def p99(xs: list[float]) -> float:
 
 
 def run_llm_bench(opts: LLMBenchOptions, log: Callable[[str], None] = print) -> dict:
-    from transformers import LlamaForCausalLM
-
     torch.manual_seed(opts.seed)
     n = 16 if opts.quick else opts.num_requests
     path = llm_version(ModelRepository(opts.repository), opts.model)
-    hf = LlamaForCausalLM.from_pretrained(path).to(opts.device).eval()
-    tok, pad_id = Tokenizer(path), hf.config.bos_token_id or 0  # the bench only encodes prompts
+    hf = reference_model(path, opts.device)
+    tok = Tokenizer(path)  # the bench only encodes prompts
+    pad_id = hf.config.pad_token_id if hf.config.pad_token_id is not None else (hf.config.bos_token_id or 0)
 
-    def vigil(request_level: bool) -> LLMEngine:
+    def vigil(request_level: bool, prefix_caching: bool = True) -> LLMEngine:
         cfg = EngineConfig(num_blocks=2048, block_size=16, max_num_seqs=opts.max_batch, max_step_tokens=512,
-                           request_level=request_level)
+                           request_level=request_level, prefix_caching=prefix_caching)
         return load_llm(opts.repository, opts.model, opts.device, cfg)
 
     systems = {
         "vigil": lambda jobs: run_vigil(vigil(False), jobs),
+        "no_prefix_cache": lambda jobs: run_vigil(vigil(False, prefix_caching=False), jobs),
         "request_level": lambda jobs: run_vigil(vigil(True), jobs),
         "hf_static": lambda jobs: run_hf_static(hf, jobs, opts.max_batch, pad_id),
     }
@@ -246,19 +275,22 @@ def run_llm_bench(opts: LLMBenchOptions, log: Callable[[str], None] = print) -> 
     log(f"one {opts.max_tokens}-token request alone: "
         + ", ".join(f"{k} {v:.2f} s" for k, v in alone.items()) + f"; p99 bound {bound_s:.2f} s")
 
+    prompt_tokens = [len(j.prompt) for j in workload(tok, 1.0, 32, opts)]
     out: dict = {"model": opts.model, "device": opts.device, "min_requests_per_trial": n, "trial_s": opts.trial_s,
                  "max_batch": opts.max_batch, "output_tokens": [opts.min_tokens, opts.max_tokens],
+                 "prompt_tokens": [min(prompt_tokens), max(prompt_tokens)],
                  "alone_s": {k: round(v, 3) for k, v in alone.items()}, "p99_bound_s": round(bound_s, 3),
                  "systems": {}}
     trials: dict[str, list[dict]] = {name: [] for name in systems}
 
     def trial(name: str, rate: float) -> dict:
         size = n if opts.quick else max(n, round(rate * opts.trial_s))
-        lats, span, tokens = systems[name](workload(tok, rate, size, opts))
+        lats, span, tokens, firsts = systems[name](workload(tok, rate, size, opts))
         t = {"rate_per_s": round(rate, 3), "requests": size, "p99_s": round(p99(lats), 3),
-             "tps": round(tokens / span, 1)}
+             "tps": round(tokens / span, 1), "mean_ttft_s": round(float(np.mean(firsts)), 4)}
         trials[name].append(t)
-        log(f"  {name:14s} rate {rate:6.2f}/s ({size} requests): p99 {t['p99_s']:.2f} s, {t['tps']:.0f} tokens/s")
+        log(f"  {name:16s} rate {rate:6.2f}/s ({size} requests): p99 {t['p99_s']:.2f} s, {t['tps']:.0f} tokens/s, "
+            f"mean TTFT {t['mean_ttft_s'] * 1000:.0f} ms")
         return t
 
     start = 1.0 / alone["vigil"]  # one request per unloaded service time: a light load
@@ -267,14 +299,25 @@ def run_llm_bench(opts: LLMBenchOptions, log: Callable[[str], None] = print) -> 
     for name, best in take_turns(searches, trial).items():
         out["systems"][name] = {"best": best, "trials": trials[name]}
     best = {k: v["best"] or {"tps": 0.0, "p99_s": None, "rate_per_s": 0.0} for k, v in out["systems"].items()}
-    out.update(vigil_tps=best["vigil"]["tps"], hf_static_tps=best["hf_static"]["tps"],
-               request_level_tps=best["request_level"]["tps"],
-               vigil_p99_ms=_ms(best["vigil"]["p99_s"]), hf_static_p99_ms=_ms(best["hf_static"]["p99_s"]),
-               request_level_p99_ms=_ms(best["request_level"]["p99_s"]))
-    out["ratio_vs_hf_static"] = round(out["vigil_tps"] / out["hf_static_tps"], 2) if out["hf_static_tps"] else None
-    out["ratio_vs_request_level"] = (round(out["vigil_tps"] / out["request_level_tps"], 2)
-                                     if out["request_level_tps"] else None)
+    for name in systems:
+        out[f"{name}_tps"] = best[name]["tps"]
+        out[f"{name}_p99_ms"] = _ms(best[name]["p99_s"])
+    for name, key in (("hf_static", "ratio_vs_hf_static"), ("request_level", "ratio_vs_request_level"),
+                      ("no_prefix_cache", "ratio_vs_no_prefix_cache")):
+        out[key] = round(out["vigil_tps"] / out[f"{name}_tps"], 2) if out[f"{name}_tps"] else None
+    out["ttft_at_same_rate"] = same_rate_ttft(best["no_prefix_cache"], trial)
     return out
+
+
+def same_rate_ttft(without: dict, trial: Callable[[str, float], dict]) -> dict | None:
+    """The engine with the cache at the rate the engine without it reached: both mean
+    times to first token, and how many times lower it is with the cache."""
+    if not without.get("rate_per_s"):
+        return None
+    with_cache = trial("vigil", without["rate_per_s"])
+    return {"rate_per_s": without["rate_per_s"], "with_cache_ms": _ms(with_cache["mean_ttft_s"]),
+            "without_ms": _ms(without["mean_ttft_s"]),
+            "ratio": round(without["mean_ttft_s"] / with_cache["mean_ttft_s"], 2) if with_cache["mean_ttft_s"] else None}
 
 
 def _ms(s: float | None) -> float | None:
@@ -283,11 +326,17 @@ def _ms(s: float | None) -> float | None:
 
 def format_llm_report(r: dict) -> str:
     rows = [f"LLM serving, {r['model']}: throughput at p99 <= {r['p99_bound_s']:.2f} s "
-            f"(outputs {r['output_tokens'][0]}-{r['output_tokens'][1]} tokens, Poisson arrivals)",
-            f"{'system':16s}{'rate/s':>8s}{'tokens/s':>10s}{'p99 ms':>10s}"]
-    for name in ("vigil", "request_level", "hf_static"):
+            f"(prompts {r['prompt_tokens'][0]}-{r['prompt_tokens'][1]} tokens, outputs {r['output_tokens'][0]}-"
+            f"{r['output_tokens'][1]} tokens, Poisson arrivals)",
+            f"{'system':18s}{'rate/s':>8s}{'tokens/s':>10s}{'p99 ms':>10s}{'TTFT ms':>10s}"]
+    for name in ("vigil", "no_prefix_cache", "request_level", "hf_static"):
         b = r["systems"][name]["best"] or {}
-        rows.append(f"{name:16s}{b.get('rate_per_s', 0):8.2f}{b.get('tps', 0):10.1f}"
-                    f"{(b.get('p99_s') or 0) * 1000:10.0f}")
-    rows.append(f"ratio_vs_hf_static {r['ratio_vs_hf_static']}, ratio_vs_request_level {r['ratio_vs_request_level']}")
+        rows.append(f"{name:18s}{b.get('rate_per_s', 0):8.2f}{b.get('tps', 0):10.1f}"
+                    f"{(b.get('p99_s') or 0) * 1000:10.0f}{(b.get('mean_ttft_s') or 0) * 1000:10.0f}")
+    rows.append(f"ratio_vs_hf_static {r['ratio_vs_hf_static']}, ratio_vs_request_level {r['ratio_vs_request_level']}, "
+                f"ratio_vs_no_prefix_cache {r['ratio_vs_no_prefix_cache']}")
+    same = r.get("ttft_at_same_rate")
+    if same:
+        rows.append(f"mean TTFT at {same['rate_per_s']}/s: {same['with_cache_ms']} ms with the prefix cache, "
+                    f"{same['without_ms']} ms without ({same['ratio']}x)")
     return "\n".join(rows)

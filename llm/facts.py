@@ -88,6 +88,7 @@ def caption_prompt(f: SceneFacts) -> str:
     return f"facts: {facts_text(f)}\ncaption:"
 
 
+
 def answer_prompt(context: str, question: str) -> str:
     return f"context: {context}\nquestion: {question}\nanswer:"
 

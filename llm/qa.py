@@ -204,7 +204,8 @@ class Embedder:
 def figures_agree(text: str, agg: Aggregate) -> bool:
     """Whether a sentence states the aggregate's figure (the count, or the clock time
     seen) and no figure the aggregate lacks; restating the window is optional."""
-    got = Counter(FIGURE.findall(text))
+    said = re.sub(r"\b(?:no|zero) (people|persons?|cars?|bikes?)\b", r"0 \1", text.lower())  # "no cars" says 0
+    got = Counter(FIGURE.findall(said))
     required = Counter(FIGURE.findall(answer_text(replace(agg, t_from_ms=None, t_to_ms=None))))
     return required <= got <= Counter(FIGURE.findall(answer_text(agg)))
 
@@ -226,17 +227,23 @@ def words_agree(text: str, agg: Aggregate, zones: list[str]) -> bool:
     return True
 
 
-def answer(question: str, events: list[dict], captions: list[dict], generate: Callable[[str], str],
+def scene_lm_prompt(agg: Aggregate, question: str) -> str:
+    return answer_prompt(agg.context(), question)
+
+
+def answer(question: str, events: list[dict], captions: list[dict], generate: Callable[[object], str],
            lines: list[str], zones: list[str], embedder: "Embedder | Callable[[], Embedder] | None" = None,
-           stream: str | None = None,
-           since_ms: float | None = None, until_ms: float | None = None) -> dict:
+           stream: str | None = None, since_ms: float | None = None, until_ms: float | None = None,
+           prompt: Callable[[Aggregate, str], object] = scene_lm_prompt) -> dict:
+    """`generate` writes the sentence from `prompt(aggregate, question)` (llm/prompts.py
+    for a chat model); the figures come from the events."""
     started = time.perf_counter()
     events = [e for e in events if (stream is None or e["stream"] == stream)
               and (since_ms is None or e["t_ms"] >= since_ms) and (until_ms is None or e["t_ms"] < until_ms)]
     latest = max((e["t_ms"] for e in events), default=None)
     q = parse_question(question, lines, zones, latest)
     agg, used = aggregate(q, events)
-    text = generate(answer_prompt(agg.context(), question)).strip()
+    text = generate(prompt(agg, question)).strip()
     grounding = "model"
     if not (figures_agree(text, agg) and words_agree(text, agg, zones)):
         text, grounding = answer_text(agg), "template"

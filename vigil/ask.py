@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 from typing import Callable
 
+from llm.prompts import answer_request
 from llm.qa import Embedder, answer
 from llm.sampling import SamplingParams
 from llm.serving import DEFAULT_LLM, load_llm
@@ -50,7 +51,7 @@ def ask_offline(question: str, source: str, out_root: Path, models: Path, device
     if own:
         engine = load_llm(models, DEFAULT_LLM, "cpu")
     try:
-        def generate(prompt: str) -> str:
+        def generate(prompt: str | list[int]) -> str:
             handle = engine.add_request(prompt, SamplingParams(max_tokens=64, stop=("\n",)), stream=False)
             if own:
                 while engine.has_work():
@@ -60,7 +61,8 @@ def ask_offline(question: str, source: str, out_root: Path, models: Path, device
         lines = sorted({n for s in specs for n in s.lines})
         zones = sorted({n for s in specs for n in s.zones})
         try:
-            return answer(question, events, [], generate, lines, zones, embedder)
+            return answer(question, events, [], generate, lines, zones, embedder,
+                          prompt=lambda agg, q: answer_request(engine.tokenizer, agg, q))
         except ValueError as exc:
             raise AskError(f"question: {exc}") from None
     finally:

@@ -6,7 +6,7 @@ import pytest
 
 from llm.captions import FactsCollector
 from llm.facts import Aggregate, SceneFacts, answer_text, caption_counts, caption_text
-from llm.qa import aggregate, answer, parse_question, words_agree
+from llm.qa import aggregate, answer, figures_agree, parse_question, words_agree
 
 LINES, ZONES = ["crosswalk", "midblock"], ["crosswalk", "north_sidewalk"]
 
@@ -188,3 +188,10 @@ def test_an_answer_about_another_zone_or_line_is_wrong_whatever_its_figures():
     count = Aggregate("count", "car", None, None, line="midblock", direction="in", n=2)
     assert words_agree("2 cars crossed midblock in.", count, ZONES) and words_agree("2 cars crossed.", count, ZONES)
     assert not words_agree("2 cars crossed midblock out.", count, ZONES)
+
+
+def test_no_cars_states_a_count_of_zero():
+    zero = Aggregate("count", "car", 5000, 9000, line="midblock", n=0)
+    assert figures_agree("no cars crossed midblock between 0:05 and 0:09.", zero)
+    assert figures_agree("0 cars crossed midblock.", zero)
+    assert not figures_agree("no cars crossed midblock, 2 did.", zero)

@@ -144,6 +144,7 @@ class _Stepping:
 
     def __init__(self, engine) -> None:
         self.engine = engine
+        self.tokenizer = engine.tokenizer
 
     def add_request(self, *args, **kwargs):
         h = self.engine.add_request(*args, **kwargs)

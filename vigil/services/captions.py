@@ -11,7 +11,8 @@ import threading
 
 from llm.captions import FactsCollector
 from llm.engine import EngineFull, LLMEngine
-from llm.facts import caption_prompt, facts_text
+from llm.facts import facts_text
+from llm.prompts import caption_request
 from llm.sampling import SamplingParams
 from vigil.storage import Storage, StorageFull
 
@@ -47,7 +48,7 @@ class Captions:
         if done is None:
             return
         try:
-            handle = engine.add_request(caption_prompt(done), SamplingParams(max_tokens=96, stop=("\n",)),
+            handle = engine.add_request(caption_request(engine.tokenizer, done), SamplingParams(max_tokens=96, stop=("\n",)),
                                         priority=CAPTION_PRIORITY, stream=False)
         except EngineFull:
             log.warning("caption of %s skipped: the LLM has too many requests waiting", stream)

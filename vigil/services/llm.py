@@ -16,6 +16,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from engine.arbiter import DeviceArbiter
 from llm.engine import EngineConfig, EngineFull, LLMEngine
 from llm.metrics import LLMMetrics
+from llm.prompts import answer_request
 from llm.qa import Embedder, answer
 from llm.sampling import SamplingParams
 from llm.serving import load_llm
@@ -98,7 +99,7 @@ class LLMService:
             raise NotFound(f"no stream {stream!r}")
         lines, zones = self.apps.lines_and_zones()
 
-        def generate(prompt: str) -> str:
+        def generate(prompt: str | list[int]) -> str:
             try:
                 handle = engine.add_request(prompt, SamplingParams(max_tokens=64, stop=("\n",)),
                                             priority=ASK_PRIORITY, stream=False)
@@ -108,7 +109,8 @@ class LLMService:
 
         events = self.storage.window_events(stream, since_ms, until_ms)  # the window only, by index
         return answer(question, events, self.storage.captions(stream), generate, lines, zones,
-                      self._sentence_embedder, stream, since_ms, until_ms)
+                      self._sentence_embedder, stream, since_ms, until_ms,
+                      prompt=lambda agg, q: answer_request(engine.tokenizer, agg, q))
 
     def close(self) -> None:
         """Refuse new questions, finish the engine's requests, then join the captions thread."""
