@@ -294,8 +294,15 @@ def run_llm_bench(opts: LLMBenchOptions, log: Callable[[str], None] = print) -> 
         return t
 
     start = 1.0 / alone["vigil"]  # one request per unloaded service time: a light load
+    max_rate = opts.max_rate
+    if opts.quick:
+        # A quick trial is n requests however slow the model: they arrive within trial_s, and
+        # past the rate at which they all arrive within one request's time alone, a trial is
+        # the same burst again.
+        start = max(start, n / opts.trial_s)
+        max_rate = min(max_rate, max(start, n / min(alone.values())))
     out["search"] = {"bisections": 0 if opts.quick else 3, "retries": 0 if opts.quick else 1}
-    searches = {name: rate_search(start, bound_s, opts.max_rate, **out["search"]) for name in systems}
+    searches = {name: rate_search(start, bound_s, max_rate, **out["search"]) for name in systems}
     for name, best in take_turns(searches, trial).items():
         out["systems"][name] = {"best": best, "trials": trials[name]}
     best = {k: v["best"] or {"tps": 0.0, "p99_s": None, "rate_per_s": 0.0} for k, v in out["systems"].items()}
