@@ -42,8 +42,8 @@ from typing import Callable, Generator
 import numpy as np
 import torch
 
-from llm.checkpoint import checkpoint_path
 from llm.engine import EngineConfig, LLMEngine
+from llm.gguf import version_file
 from llm.prompts import caption_request
 from llm.requests import RequestHandle
 from llm.sampling import SamplingParams
@@ -96,7 +96,7 @@ def reference_model(path: Path, device: str):
     """transformers' model of the same checkpoint (a GGUF through `gguf_file=`), in float32."""
     from transformers import AutoModelForCausalLM
 
-    path = checkpoint_path(path)
+    path = version_file(path)
     if path.suffix == ".gguf":
         model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
     else:

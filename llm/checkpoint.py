@@ -13,33 +13,32 @@ from pathlib import Path
 import torch
 
 from llm.model import CheckpointError, LlamaConfig, LlamaModel
-
-
-def checkpoint_path(folder: Path) -> Path:
-    """What to load from a model version's folder: its GGUF file when it holds one (and no
-    config.json), else the folder."""
-    folder = Path(folder)
-    if folder.is_file() or (folder / "config.json").exists():
-        return folder
-    found = sorted(folder.glob("*.gguf"))
-    if len(found) > 1:
-        raise CheckpointError(f"{folder}: {len(found)} GGUF files; a version holds one")
-    return found[0] if found else folder
+from llm.tokenizer import Tokenizer
 
 
 def load_model(path: Path, device: str = "cpu") -> LlamaModel:
-    path = checkpoint_path(path)
-    if path.suffix == ".gguf":
-        from llm.gguf import GGUFError, open_checkpoint, state_dict
+    return read_model(path, device)[0]
 
-        try:
-            checkpoint, reader = open_checkpoint(path)
-            cfg = LlamaConfig.from_dict(checkpoint.config, path)
-            state = state_dict(checkpoint, reader)
-        except GGUFError as exc:
-            raise CheckpointError(str(exc)) from None
-        return build(cfg, state, path, device)
-    return build(LlamaConfig.from_file(path / "config.json"), safetensors_state(path), path, device)
+
+def load_checkpoint(path: Path, device: str = "cpu") -> tuple[LlamaModel, Tokenizer]:
+    """The model and its tokenizer; a GGUF file's metadata is read once for both."""
+    model, path, metadata = read_model(path, device)
+    return model, Tokenizer(path, eos_ids=model.cfg.eos_ids, gguf_metadata=metadata)
+
+
+def read_model(path: Path, device: str) -> tuple[LlamaModel, Path, dict | None]:
+    """The model, the file or folder it came from, and a GGUF's metadata (None for a folder)."""
+    from llm.gguf import GGUFError, open_checkpoint, state_dict, version_file
+
+    try:
+        path = version_file(path)
+        if path.suffix != ".gguf":
+            return build(LlamaConfig.from_file(path / "config.json"), safetensors_state(path), path, device), path, None
+        checkpoint, reader = open_checkpoint(path)
+        cfg = LlamaConfig.from_dict(checkpoint.config, path)
+        return build(cfg, state_dict(checkpoint, reader), path, device), path, checkpoint.metadata
+    except GGUFError as exc:
+        raise CheckpointError(str(exc)) from None
 
 
 def safetensors_state(folder: Path) -> dict[str, torch.Tensor]:

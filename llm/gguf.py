@@ -68,6 +68,18 @@ def read_metadata(path: Path) -> tuple[dict, "object"]:
     return metadata, reader
 
 
+def version_file(folder: Path) -> Path:
+    """What to load from a model version's folder: its GGUF file when it holds one (and no
+    config.json), else the folder (a GGUF file given itself is that file)."""
+    folder = Path(folder)
+    if folder.is_file() or (folder / "config.json").exists():
+        return folder
+    found = sorted(folder.glob("*.gguf"))
+    if len(found) > 1:
+        raise GGUFError(f"{folder}: {len(found)} GGUF files; a version holds one")
+    return found[0] if found else folder
+
+
 def open_checkpoint(path: Path) -> tuple[GGUFCheckpoint, "object"]:
     """The checkpoint's description and its reader (tensors are read by `state_dict`)."""
     path = Path(path)
@@ -104,7 +116,8 @@ def config_dict(path: Path, meta: dict, tensor_names: tuple[str, ...]) -> dict:
         "max_position_embeddings": int(key("context_length", 2048)),
         # llama.cpp writes the output projection only when it is not the embedding matrix
         "tie_word_embeddings": "output.weight" not in tensor_names,
-        "bos_token_id": meta.get("tokenizer.ggml.bos_token_id"), "eos_token_id": meta.get("tokenizer.ggml.eos_token_id"),
+        "bos_token_id": meta.get("tokenizer.ggml.bos_token_id"),
+        "eos_token_id": meta.get("tokenizer.ggml.eos_token_id"),
     }
     window = key("attention.sliding_window", None)
     if window:
@@ -161,21 +174,21 @@ def state_dict(checkpoint: GGUFCheckpoint, reader) -> dict[str, torch.Tensor]:
     return out
 
 
-def tokenizer(checkpoint: GGUFCheckpoint):
+def tokenizer(meta: dict, path: Path):
     """The byte-level BPE tokenizer the metadata describes, built as transformers' GGUF
     loader builds it: the vocabulary (spelt in GPT-2's byte alphabet) and merges, the
     pre-tokenizer split its `tokenizer.ggml.pre` names, control tokens as special tokens,
     user-defined ones as added tokens, a BOS only where the file says to add one."""
     from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, processors
 
-    meta, path = checkpoint.metadata, checkpoint.path
     kind = meta.get("tokenizer.ggml.model")
     if kind != "gpt2":
         raise GGUFError(f"{path}: tokenizer.ggml.model: only byte-level BPE ('gpt2') is supported; was {kind!r}")
     tokens, types = list(meta["tokenizer.ggml.tokens"]), list(meta.get("tokenizer.ggml.token_type") or ())
     spelling = byte_alphabet()
     alphabet = set(spelling.values())
-    vocab = {t if set(t) <= alphabet else "".join(spelling[b] for b in t.encode("utf-8")): i for i, t in enumerate(tokens)}
+    vocab = {t if set(t) <= alphabet else "".join(spelling[b] for b in t.encode("utf-8")): i
+             for i, t in enumerate(tokens)}
     merges = [tuple(m.split(" ")) for m in meta.get("tokenizer.ggml.merges", ())]
     tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, dropout=None, continuing_subword_prefix="",
                                end_of_word_suffix="", fuse_unk=False))
@@ -195,8 +208,8 @@ def tokenizer(checkpoint: GGUFCheckpoint):
     return tok
 
 
-def special_tokens(checkpoint: GGUFCheckpoint) -> dict[str, str]:
-    tokens, meta = checkpoint.metadata.get("tokenizer.ggml.tokens", ()), checkpoint.metadata
+def special_tokens(meta: dict) -> dict[str, str]:
+    tokens = meta.get("tokenizer.ggml.tokens", ())
     out = {}
     for name, key in (("bos_token", "bos_token_id"), ("eos_token", "eos_token_id"), ("pad_token", "padding_token_id"),
                       ("unk_token", "unknown_token_id")):

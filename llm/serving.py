@@ -11,9 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from llm.checkpoint import load_model
+from llm.checkpoint import load_checkpoint
 from llm.engine import EngineConfig, LLMEngine
-from llm.tokenizer import Tokenizer
 from models.repository import ModelRepository
 
 DEFAULT_LLM = "scene-lm"
@@ -46,6 +45,5 @@ def load_llm(root: Path, name: str, device: str = "cpu", config: EngineConfig | 
              metrics=None) -> LLMEngine:
     """The engine of LLM `name` of the repository at `root` (not started)."""
     path = llm_version(ModelRepository(root), name)
-    model = load_model(path, device)
-    tok = Tokenizer(path, eos_ids=model.cfg.eos_ids)
+    model, tok = load_checkpoint(path, device)
     return LLMEngine(model, tok, config, name=name, arbiter=arbiter, metrics=metrics)

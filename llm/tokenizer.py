@@ -8,13 +8,15 @@ from pathlib import Path
 
 
 class Tokenizer:
-    def __init__(self, folder: Path, eos_ids: tuple[int, ...] = ()) -> None:
-        from llm.checkpoint import checkpoint_path
+    def __init__(self, folder: Path, eos_ids: tuple[int, ...] = (), gguf_metadata: dict | None = None) -> None:
+        """From a Hugging Face folder, or a GGUF file (or a version folder holding one);
+        `gguf_metadata`: the file's metadata when the caller has read it already."""
+        from llm.gguf import version_file
 
         self.eos_ids = eos_ids
-        path = checkpoint_path(Path(folder))
+        path = version_file(Path(folder))
         if path.suffix == ".gguf":
-            self._read_gguf(path)
+            self._read_gguf(path, gguf_metadata)
         else:
             self._read_folder(path)
 
@@ -34,14 +36,14 @@ class Tokenizer:
         self.special_tokens = {k: v if isinstance(v, str) else v.get("content", "") for k, v in extra.items()
                                if k in ("bos_token", "eos_token", "pad_token", "unk_token") and v}
 
-    def _read_gguf(self, path: Path) -> None:
-        from llm.gguf import GGUFCheckpoint, read_metadata, special_tokens, tokenizer
+    def _read_gguf(self, path: Path, metadata: dict | None) -> None:
+        from llm.gguf import read_metadata, special_tokens, tokenizer
 
-        metadata, _ = read_metadata(path)
-        checkpoint = GGUFCheckpoint(path, metadata, {}, ())
-        self.hf = tokenizer(checkpoint)
+        if metadata is None:
+            metadata, _ = read_metadata(path)
+        self.hf = tokenizer(metadata, path)
         self.chat_template = metadata.get("tokenizer.chat_template")
-        self.special_tokens = special_tokens(checkpoint)
+        self.special_tokens = special_tokens(metadata)
 
     def encode(self, text: str) -> list[int]:
         """Ids as transformers' fast tokenizer gives them: special tokens (a BOS) come
