@@ -11,10 +11,10 @@ import shutil
 
 import pytest
 import torch
+from tiny import generate_joining, transformers_greedy
 
 from llm.engine import EngineConfig
 from llm.model import CheckpointError, LlamaConfig
-from llm.sampling import SamplingParams
 from llm.serving import load_llm
 from support.processes import ROOT
 
@@ -67,23 +67,10 @@ def test_greedy_tokens_equal_transformers(tmp_path, name):
     prompts = ["facts: view: person 2, car 1\ncaption:", "context: count car line midblock direction in = 4",
                "question: when did the first bike appear? answer:" * 3, "hi"]
     engine = load_llm(tmp_path, name, "cpu", EngineConfig(num_blocks=64, block_size=8, max_step_tokens=24))
-    try:
-        handles = []
-        for p in prompts:  # each joins while the others run
-            handles.append(engine.add_request(p, SamplingParams(max_tokens=rng.randint(8, 20), ignore_eos=True)))
-            engine.step()
-        while engine.has_work():
-            engine.step()
-    finally:
-        engine.close()
+    handles = generate_joining(engine, prompts, rng, 20)
     hf = AutoModelForCausalLM.from_pretrained(folder).eval()
     for p, h in zip(prompts, handles):
-        ids = torch.tensor([h.request.prompt_ids])
-        n = len(h.request.output_ids)
-        with torch.no_grad():
-            ref = hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, min_new_tokens=n,
-                              do_sample=False, eos_token_id=None, pad_token_id=0)[0, ids.shape[1]:].tolist()
-        assert h.request.output_ids == ref, (name, p)
+        assert h.request.output_ids == transformers_greedy(hf, h), (name, p)
 
 
 def test_rope_parameters_of_transformers_5_are_read(tmp_path):

@@ -14,12 +14,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from tiny import generate_joining, transformers_greedy
 
 from llm.checkpoint import load_model
 from llm.engine import EngineConfig
 from llm.gguf import GGUFError, hf_name, open_checkpoint, unpermute
 from llm.model import CheckpointError
-from llm.sampling import SamplingParams
 from llm.serving import load_llm
 from llm.tokenizer import Tokenizer
 from support.processes import ROOT
@@ -142,23 +142,10 @@ def test_a_quantized_qwen2_gguf_generates_as_transformers_does(tmp_path, smollm2
     prompts = ["facts: view: person 2, car 1\ncaption:", "How many cars crossed the line?" * 3, "hi", TEXTS[2]]
     rng = random.Random(5)
     engine = load_llm(tmp_path, "qwen2-gguf", "cpu", EngineConfig(num_blocks=64, block_size=8, max_step_tokens=24))
-    try:
-        handles = []
-        for p in prompts:  # each joins while the others run
-            handles.append(engine.add_request(p, SamplingParams(max_tokens=rng.randint(8, 16), ignore_eos=True)))
-            engine.step()
-        while engine.has_work():
-            engine.step()
-    finally:
-        engine.close()
+    handles = generate_joining(engine, prompts, rng, 16)
     hf = AutoModelForCausalLM.from_pretrained(folder, gguf_file=f"qwen2.{quant}.gguf", dtype=torch.float32).eval()
     for p, h in zip(prompts, handles):
-        ids = torch.tensor([h.request.prompt_ids])
-        n = len(h.request.output_ids)
-        with torch.no_grad():
-            ref = hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, min_new_tokens=n,
-                              do_sample=False, eos_token_id=None, pad_token_id=0)[0, ids.shape[1]:].tolist()
-        assert h.request.output_ids == ref, (quant, p)
+        assert h.request.output_ids == transformers_greedy(hf, h), (quant, p)
 
 
 def write_tiny(path: Path, arch: str, embedding: np.ndarray) -> None:

@@ -27,3 +27,31 @@ def make_tiny_llama(folder: Path, seed: int = 0, vocab: int = 97, layers: int = 
     tok.decoder = decoders.WordPiece(prefix="##")  # joins words with spaces
     tok.save(str(folder / "tokenizer.json"))
     return folder
+
+
+def generate_joining(engine, prompts: list[str], rng, most: int) -> list:
+    """Greedy requests of 8 to `most` tokens, each added while the ones before it run; the
+    engine stepped by hand to the end and closed. Their handles."""
+    from llm.sampling import SamplingParams
+
+    try:
+        handles = []
+        for p in prompts:  # each joins while the others run
+            handles.append(engine.add_request(p, SamplingParams(max_tokens=rng.randint(8, most), ignore_eos=True)))
+            engine.step()
+        while engine.has_work():
+            engine.step()
+    finally:
+        engine.close()
+    return handles
+
+
+def transformers_greedy(hf, handle) -> list[int]:
+    """What transformers' `generate` gives greedily for a handle's prompt, as many tokens as it generated."""
+    import torch
+
+    ids = torch.tensor([handle.request.prompt_ids])
+    n = len(handle.request.output_ids)
+    with torch.no_grad():
+        return hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, min_new_tokens=n,
+                           do_sample=False, eos_token_id=None, pad_token_id=0)[0, ids.shape[1]:].tolist()
