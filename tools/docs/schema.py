@@ -112,16 +112,20 @@ def bounds_text(field: FieldInfo) -> str:
     return ", ".join(found)
 
 
-def model_page(root: type[BaseModel], title: str, intro: str, source: str) -> str:
+def model_page(root: type[BaseModel], title: str, intro: str, source: str | None = None, level: int = 1) -> str:
+    """The reference of `root` and the models in it: a page of its own (with the note that
+    it is generated from `source`), or at `level` 2 a part of another page."""
     parts = sections(root)
     links = {s.model: s.path or title for s in parts}
-    out = [f"# {title}\n", GENERATED_NOTE.format(source=source), intro.strip() + "\n"]
+    out = [f"{'#' * level} {title}" + (f" {{#{anchor(title)}}}" if level > 1 else "") + "\n"]
+    if source is not None:
+        out.append(GENERATED_NOTE.format(source=source))
+    out.append(intro.strip() + "\n")
     for section in parts:
-        heading = section.path or title
         if section.path:
-            out.append(f"## {code(section.path)} {{#{anchor(heading)}}}\n")
+            out.append(f"{'#' * (level + 1)} {code(section.path)} {{#{anchor(section.path)}}}\n")
         doc = (section.model.__doc__ or "").strip()
-        if doc and section.model is not BaseModel:
+        if doc:
             out.append(" ".join(doc.split()) + "\n")
         rows = [[code(name), type_name(f.annotation, links), default_text(f), bounds_text(f), f.description or ""]
                 for name, f in section.model.model_fields.items()]
