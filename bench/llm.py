@@ -258,7 +258,7 @@ def run_llm_bench(opts: LLMBenchOptions, log: Callable[[str], None] = print) -> 
     def vigil(request_level: bool, prefix_caching: bool = True) -> LLMEngine:
         cfg = EngineConfig(num_blocks=2048, block_size=16, max_num_seqs=opts.max_batch, max_step_tokens=512,
                            request_level=request_level, prefix_caching=prefix_caching)
-        return load_llm(opts.repository, opts.model, opts.device, cfg)
+        return load_llm(opts.repository, opts.model, opts.device, cfg, lora=False)  # the weights transformers runs
 
     systems = {
         "vigil": lambda jobs: run_vigil(vigil(False), jobs),

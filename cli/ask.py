@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from cli.connection import API_KEY_HELP, URL_HELP, api_key, server_url
-from vigil.settings import MODELS_DIR
+from vigil.settings import ANSWERER, MODELS_DIR
 
 
 def add_parser(sub) -> None:
@@ -22,6 +22,8 @@ def add_parser(sub) -> None:
     ask.add_argument("--stream", help="server: only this stream")
     ask.add_argument("--url", dest="server", help=URL_HELP)
     ask.add_argument("--api-key", help=API_KEY_HELP)
+    ask.add_argument("--llm", default=ANSWERER, metavar="NAME",
+                     help=f"offline: the LLM of the model repository that answers (default: {ANSWERER})")
     ask.add_argument("--models", type=Path, default=MODELS_DIR, metavar="DIR", help="model repository")
     ask.add_argument("--device", default="auto", help="auto | cpu | cuda (default: auto)")
     ask.add_argument("--json", action="store_true", help="print the whole answer object")
@@ -44,7 +46,7 @@ def _ask(args: argparse.Namespace) -> int:
 
         try:
             out = ask_offline(args.question, args.source, args.out, models=args.models, device=args.device,
-                              log=lambda m: print(m, file=sys.stderr, flush=True))
+                              log=lambda m: print(m, file=sys.stderr, flush=True), llm=args.llm)
         except AskError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 1

@@ -16,8 +16,8 @@ from vigil.settings import MODELS_DIR
 
 
 def add_parser(sub) -> None:
-    """`vigil eval detector|tracking`."""
-    ev = sub.add_parser("eval", help="evaluate a detector, or apps' tracking, on synthetic clips or real footage",
+    """`vigil eval detector|tracking|llm`."""
+    ev = sub.add_parser("eval", help="evaluate a detector, apps' tracking or an LLM's answers and captions",
                         description="detector: mAP@0.5 and recall per class on clips rendered from seeds the "
                                     "training never used, and latency per frame through the engine; with "
                                     "--footage, person AP50 and head-count error on real frames labelled by hand. "
@@ -25,8 +25,13 @@ def add_parser(sub) -> None:
                                     "share of the truth's stays in the apps' zones that a track followed on the "
                                     "right object with its dwell within 0.5 s, with the apps' detectors and with "
                                     "the truth's own boxes side by side, on the bundled clips or held-out renders, "
-                                    "and why each other stay was not (split, dwell_off, slid or missed).")
-    ev.add_argument("target", choices=["detector", "tracking"])
+                                    "and why each other stay was not (split, dwell_off, slid or missed). llm: the "
+                                    "share of answers about the bundled clips that the model wrote (its figures "
+                                    "checked against the exact aggregate) and of held-out windows whose captions "
+                                    "name the right counts, with the LLM's adapter and without it.")
+    ev.add_argument("target", choices=["detector", "tracking", "llm"])
+    ev.add_argument("--llm", default="smollm2-135m-instruct", metavar="NAME",
+                    help="llm: the LLM of the model repository (default: smollm2-135m-instruct)")
     ev.add_argument("--version", type=int, help="detector: one version (default: every version in the repository)")
     ev.add_argument("--app", action="append", metavar="APP",
                     help="tracking: a built-in app name or spec file, repeatable (default: people-counter-scenedet and "
@@ -54,7 +59,9 @@ def _eval(args: argparse.Namespace) -> int:
 
     provenance = Provenance()
     try:
-        if args.target == "tracking" and not args.footage:
+        if args.target == "llm":
+            result = _eval_llm(args, resolve_device(args.device), log)
+        elif args.target == "tracking" and not args.footage:
             result = _eval_tracking(args, resolve_device(args.device), log)
         elif args.footage:
             result = _eval_footage(args, resolve_device(args.device), log)
@@ -74,6 +81,16 @@ def _eval(args: argparse.Namespace) -> int:
     kind = "eval-footage" if args.footage else f"eval-{args.target}"
     print_json({"kind": kind, **result, "run": provenance.finish(resolve_device(args.device))}, args.json)
     return 0
+
+
+def _eval_llm(args: argparse.Namespace, device: str, log: Callable[[str], None]) -> dict:
+    from vigil.llm_eval import eval_llm
+    from vigil.tracking_eval import bundled_clips
+
+    if args.footage or args.app or args.clips is not None or args.version is not None or args.frames is not None \
+            or args.model:
+        raise ValueError("`vigil eval llm` takes --llm, --models, --device and --json")
+    return eval_llm(args.models, args.llm, device, bundled_clips(), log)
 
 
 def _eval_footage(args: argparse.Namespace, device: str, log: Callable[[str], None]) -> dict:

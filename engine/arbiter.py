@@ -7,6 +7,9 @@ and between plans asks whether the guest is owed a step (`owed`) or its step fit
 the slack the plan leaves (`fits_in`), and if so hands the device over (`lend`). The
 policy is engine/share.py's (slack first, `min_share` under full load).
 
+Several guests (a server's LLM engines) join as one: the share is theirs together, and
+their steps take turns, one turn at a time.
+
 It shares the engine loop's condition variable, so a guest asking for a turn wakes a
 loop that waits for work. Vision's lanes (engine/lanes.py) run batches side by side; a
 guest's step has the device to itself, so the lanes start no batch while one is lent
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import deque
 from contextlib import contextmanager
 from typing import Callable, Iterator
 
@@ -32,6 +36,8 @@ class DeviceArbiter:
         self._metrics = metrics
         self._batches = 0  # vision batches running (one per lane at most)
         self._stepping = False  # a guest step running
+        self._guests = 0  # guests joined; the share is theirs together
+        self._queue: deque[object] = deque()  # guests' turns in the order asked: the first one's is next
         self.share = DeviceShare()
         self.closing = False
 
@@ -42,27 +48,41 @@ class DeviceArbiter:
         Steps run in the slack vision deadlines leave, or when `min_share` of device time
         is owed; vision waits for at most the steps owed."""
         with self._cond:
-            self.share.join(min_share)
+            if not self._guests:
+                self.share.join(min_share)
+            self._guests += 1
             self._cond.notify_all()
         try:
             yield self
         finally:
             with self._cond:
-                self.share.leave()
+                self._guests -= 1
+                if not self._guests:
+                    self.share.leave()
                 self._cond.notify_all()
 
     @contextmanager
     def turn(self, cost_ms: float) -> Iterator[None]:
         """One guest step, once the loop grants it (at once when the engine is closing)."""
+        me = object()
         with self._cond:
-            self.share.step_costs(cost_ms * self.lanes)
-            self._cond.notify_all()
-            while not self.share.granted and not self.closing:
-                self._cond.wait(0.5)
-            if not self.share.granted:
-                self.share.grant(by_share=False)
-        with self._held("guest", self.share.guest_ran):
-            yield
+            self._queue.append(me)
+        try:
+            with self._cond:
+                while self._queue[0] is not me:
+                    self._cond.wait()
+                self.share.step_costs(cost_ms * self.lanes)
+                self._cond.notify_all()
+                while not self.share.granted and not self.closing:
+                    self._cond.wait(0.5)
+                if not self.share.granted:
+                    self.share.grant(by_share=False)
+            with self._held("guest", self.share.guest_ran):
+                yield
+        finally:
+            with self._cond:
+                self._queue.remove(me)
+                self._cond.notify_all()
 
     # -- vision's side (the engine loop) ----------------------------------------------------------
     @contextmanager

@@ -16,27 +16,33 @@ from llm.model import CheckpointError, LlamaConfig, LlamaModel
 from llm.tokenizer import Tokenizer
 
 
-def load_model(path: Path, device: str = "cpu") -> LlamaModel:
-    return read_model(path, device)[0]
+def load_model(path: Path, device: str = "cpu", lora: Path | None = None) -> LlamaModel:
+    return read_model(path, device, lora)[0]
 
 
-def load_checkpoint(path: Path, device: str = "cpu") -> tuple[LlamaModel, Tokenizer]:
-    """The model and its tokenizer; a GGUF file's metadata is read once for both."""
-    model, path, metadata = read_model(path, device)
+def load_checkpoint(path: Path, device: str = "cpu", lora: Path | None = None) -> tuple[LlamaModel, Tokenizer]:
+    """The model (with the LoRA adapter at `lora` merged in) and its tokenizer; a GGUF
+    file's metadata is read once for both."""
+    model, path, metadata = read_model(path, device, lora)
     return model, Tokenizer(path, eos_ids=model.cfg.eos_ids, gguf_metadata=metadata)
 
 
-def read_model(path: Path, device: str) -> tuple[LlamaModel, Path, dict | None]:
+def read_model(path: Path, device: str, lora: Path | None = None) -> tuple[LlamaModel, Path, dict | None]:
     """The model, the file or folder it came from, and a GGUF's metadata (None for a folder)."""
     from llm.gguf import GGUFError, open_checkpoint, state_dict, version_file
+    from llm.lora import merge
+
+    def adapted(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        return merge(state, lora) if lora is not None else state
 
     try:
         path = version_file(path)
         if path.suffix != ".gguf":
-            return build(LlamaConfig.from_file(path / "config.json"), safetensors_state(path), path, device), path, None
+            cfg = LlamaConfig.from_file(path / "config.json")
+            return build(cfg, adapted(safetensors_state(path)), path, device), path, None
         checkpoint, reader = open_checkpoint(path)
         cfg = LlamaConfig.from_dict(checkpoint.config, path)
-        return build(cfg, state_dict(checkpoint, reader), path, device), path, checkpoint.metadata
+        return build(cfg, adapted(state_dict(checkpoint, reader)), path, device), path, checkpoint.metadata
     except GGUFError as exc:
         raise CheckpointError(str(exc)) from None
 

@@ -64,14 +64,15 @@ class EngineConfig:
 class LLMEngine:
     def __init__(self, model: LlamaModel, tokenizer: Tokenizer, config: EngineConfig | None = None,
                  name: str = "llm", clock: Callable[[], float] = time.monotonic, arbiter=None,
-                 metrics: LLMMetrics | None = None) -> None:
+                 metrics: LLMMetrics | None = None, lora: str | None = None) -> None:
         self.model = model
         self.tokenizer = tokenizer
+        self.lora = lora  # the LoRA adapter merged into the model's weights, by name
         self.config = config or EngineConfig()
         self.name = name
         self.clock = clock
         self.arbiter = arbiter  # engine.arbiter.DeviceArbiter of a shared device, or None
-        self.metrics = metrics or LLMMetrics()
+        self.metrics = metrics or LLMMetrics(model=name)
         device = model.embed_tokens.weight.device
         # one block more than the pool hands out: scratch for the padding rows of a captured step
         self.kv = new_kv_cache(model.cfg, self.config.num_blocks + 1, self.config.block_size, str(device))

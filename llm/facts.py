@@ -8,6 +8,7 @@ crossings by line, class and direction, tracks entering and leaving by class.
 from __future__ import annotations
 
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 
 CLASSES = ("person", "car", "bike")
@@ -82,6 +83,22 @@ def caption_counts(caption: str) -> dict[str, int]:
         cls = SINGULAR.get(word, word.rstrip("s") if word != "person" else "person")
         out[cls] = int(n)
     return out
+
+
+def caption_agrees(caption: str, f: SceneFacts) -> bool:
+    """Whether a caption names the classes in view with their counts (its first sentence)
+    and states no figure, line or direction the facts do not give."""
+    if caption_counts(caption) != {c: n for c, n in f.objects.items() if n}:
+        return False
+    reference = caption_text(f)
+    said, given = Counter(re.findall(r"\d+", caption)), Counter(re.findall(r"\d+", reference))
+    if not said <= given:
+        return False
+    for line, way in re.findall(r"crossed ([A-Za-z0-9_.-]+)(?: (in|out)\b)?", caption):
+        if not any(line == known and (not way or dirs.get(way)) for known, by in f.crossings.items()
+                   for dirs in by.values()):
+            return False
+    return True
 
 
 def caption_prompt(f: SceneFacts) -> str:

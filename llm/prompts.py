@@ -36,10 +36,12 @@ CAPTION_EXAMPLES = (
 )
 
 
-def caption_messages(f: SceneFacts) -> list[dict]:
-    shots = [m for e in CAPTION_EXAMPLES for m in ({"role": "user", "content": facts_text(e)},
-                                                   {"role": "assistant", "content": caption_text(e)})]
-    return [{"role": "system", "content": CAPTION_INSTRUCTION}, *shots, {"role": "user", "content": facts_text(f)}]
+def caption_messages(f: SceneFacts, shots: bool = True) -> list[dict]:
+    """The conversation asking for `f`'s caption; `shots`: with the worked examples (a
+    model without the scene adapter needs them, one trained with it was trained without)."""
+    turns = [m for e in CAPTION_EXAMPLES for m in ({"role": "user", "content": facts_text(e)},
+                                                   {"role": "assistant", "content": caption_text(e)})] if shots else []
+    return [{"role": "system", "content": CAPTION_INSTRUCTION}, *turns, {"role": "user", "content": facts_text(f)}]
 
 
 # Worked examples before the request, as turns of the conversation: a small model follows
@@ -56,18 +58,19 @@ def answer_user(agg: Aggregate, question: str) -> str:
     return f"Result: {answer_text(agg)}\nQuestion: {question}"
 
 
-def answer_messages(agg: Aggregate, question: str) -> list[dict]:
-    shots = [m for a, q in ANSWER_EXAMPLES for m in ({"role": "user", "content": answer_user(a, q)},
-                                                     {"role": "assistant", "content": answer_text(a)})]
-    return [{"role": "system", "content": ANSWER_INSTRUCTION}, *shots,
+def answer_messages(agg: Aggregate, question: str, shots: bool = True) -> list[dict]:
+    turns = [m for a, q in ANSWER_EXAMPLES for m in ({"role": "user", "content": answer_user(a, q)},
+                                                     {"role": "assistant", "content": answer_text(a)})] if shots else []
+    return [{"role": "system", "content": ANSWER_INSTRUCTION}, *turns,
             {"role": "user", "content": answer_user(agg, question)}]
 
 
-def caption_request(tokenizer: "Tokenizer", f: SceneFacts) -> str | list[int]:
-    """A caption request's prompt: chat ids for a chat model, else scene-lm's prompt text."""
-    return tokenizer.chat(caption_messages(f)) if tokenizer.chat_template else caption_prompt(f)
+def caption_request(tokenizer: "Tokenizer", f: SceneFacts, tuned: bool = False) -> str | list[int]:
+    """A caption request's prompt: chat ids for a chat model (`tuned`: one with the scene
+    adapter merged, asked as it was trained), else scene-lm's prompt text."""
+    return tokenizer.chat(caption_messages(f, shots=not tuned)) if tokenizer.chat_template else caption_prompt(f)
 
 
-def answer_request(tokenizer: "Tokenizer", agg: Aggregate, question: str) -> str | list[int]:
-    return tokenizer.chat(answer_messages(agg, question)) if tokenizer.chat_template else \
+def answer_request(tokenizer: "Tokenizer", agg: Aggregate, question: str, tuned: bool = False) -> str | list[int]:
+    return tokenizer.chat(answer_messages(agg, question, shots=not tuned)) if tokenizer.chat_template else \
         answer_prompt(agg.context(), question)

@@ -5,6 +5,7 @@ facts and aggregates over the default preset's lines, zones and classes."""
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 from llm.facts import (CLASSES, PLURAL, Aggregate, SceneFacts, answer_prompt, answer_text, caption_prompt, caption_text,
                        clock)
@@ -118,3 +119,52 @@ def corpus(num_random: int, clip_seeds: list[int], seed: int, clip_passes: int =
             texts.append((answer_prompt(a.context(), q), answer_text(a)))
     rng.shuffle(texts)
     return texts
+
+
+# Places a user's own apps name: the adapter learns to copy whatever line or zone the
+# facts give, not the default preset's four.
+OTHER_PLACES = ("gate", "door", "walkway", "north_entrance", "lane-2", "ramp", "bay3", "lobby", "exit_b")
+DWELL_QUESTIONS = ["how long did {p} stay in {zone}{span}?", "how long did the {p} wait in {zone}{span}?",
+                   "how much time did {p} spend in {zone}{span}?"]
+
+
+def random_dwell(rng: random.Random) -> tuple[Aggregate, str]:
+    c = rng.choice(CLASSES)
+    zone = rng.choice(ZONES + OTHER_PLACES)
+    t_from = rng.randint(0, 590) * 1000.0 if rng.random() < 0.6 else None
+    t_to = None if t_from is None else t_from + rng.randint(10, 600) * 1000.0
+    n = rng.choice([0, 1, 2, 3, 5, 8, 12])
+    mean = rng.randint(1, 90) if n else None
+    a = Aggregate("dwell", c, t_from, t_to, zone=zone, n=n, mean_s=mean,
+                  max_s=(mean + rng.randint(0, 60)) if n else None)
+    span = f" between {clock(t_from)} and {clock(t_to)}" if t_from is not None else ""
+    return a, rng.choice(DWELL_QUESTIONS).format(p=PLURAL[c], zone=zone, span=span)
+
+
+def renamed(a: Aggregate, q: str, rng: random.Random) -> tuple[Aggregate, str]:
+    """The same question about a place of another name (half the time)."""
+    old = a.line or a.zone
+    if old is None or rng.random() < 0.5:
+        return a, q
+    new = rng.choice(OTHER_PLACES)
+    return replace(a, line=new if a.line else None, zone=new if a.zone else None), q.replace(old, new)
+
+
+def chat_corpus(num_random: int, clip_seeds: list[int], seed: int) -> list[tuple[str, object, object]]:
+    """(kind, facts or aggregate, question) samples for a chat model's adapter, from the
+    same generators as scene-lm's corpus: captions of rendered clips' windows and of
+    random facts, and answers to random questions of every kind `vigil ask` parses."""
+    rng = random.Random(seed)
+    out: list[tuple[str, object, object]] = []
+    for s in clip_seeds:
+        out += [("caption", f, None) for f in windows(clip_seconds(s), rng)]
+    for _ in range(num_random):
+        r = rng.random()
+        if r < 0.45:
+            out.append(("caption", random_facts(rng), None))
+        elif r < 0.55:
+            out.append(("answer", *random_dwell(rng)))
+        else:
+            out.append(("answer", *renamed(*random_aggregate(rng), rng)))
+    rng.shuffle(out)
+    return out

@@ -15,7 +15,7 @@ from llm.checkpoint import load_checkpoint
 from llm.engine import EngineConfig, LLMEngine
 from models.repository import ModelRepository
 
-DEFAULT_LLM = "scene-lm"
+DEFAULT_LLM = "scene-lm"  # the tiny model the tests train: what a benchmark loads unless told
 # what makes a version folder an LLM's (it has no model.yaml: the checkpoint describes itself)
 LLM_FILES = ("config.json", "tokenizer.json")
 
@@ -42,8 +42,11 @@ def llm_version(repository: ModelRepository, name: str) -> Path:
 
 
 def load_llm(root: Path, name: str, device: str = "cpu", config: EngineConfig | None = None, arbiter=None,
-             metrics=None) -> LLMEngine:
-    """The engine of LLM `name` of the repository at `root` (not started)."""
-    path = llm_version(ModelRepository(root), name)
-    model, tok = load_checkpoint(path, device)
-    return LLMEngine(model, tok, config, name=name, arbiter=arbiter, metrics=metrics)
+             metrics=None, lora: bool = True) -> LLMEngine:
+    """The engine of LLM `name` of the repository at `root` (not started), with the LoRA
+    adapter its model_config.yaml names merged in (`lora=False`: the base model alone)."""
+    repository = ModelRepository(root)
+    path = llm_version(repository, name)
+    adapter = repository.config(name).lora if lora else None
+    model, tok = load_checkpoint(path, device, repository.root / name / adapter if adapter else None)
+    return LLMEngine(model, tok, config, name=name, arbiter=arbiter, metrics=metrics, lora=adapter)

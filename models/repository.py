@@ -198,6 +198,10 @@ class ModelConfig(BaseModel):
                                                       "string is short for {all: true}")
     labels: dict[str, int] = Field(default_factory=dict, description="label -> version, e.g. {stable: 1, canary: 2}; "
                                    "apps may name a label as model_version")
+    lora: str | None = Field(None, pattern=r"^[A-Za-z0-9_.-]+$", max_length=100,
+                             description="an LLM's LoRA adapter: a folder beside model_config.yaml in peft's format "
+                                         "(adapter_config.json, adapter_model.safetensors), merged into the weights "
+                                         "of the version served when it loads")
 
     @field_validator("version_policy", mode="before")
     @classmethod

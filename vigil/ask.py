@@ -1,6 +1,7 @@
 """`vigil ask --source CLIP`: questions about a clip, offline. The clip is run through
 the default apps once (outputs kept under OUT/ask-<clip>/ and reused), its events
-become the event store, and scene-lm answers from the exact aggregates."""
+become the event store, and the LLM (SmolLM2-Instruct with its scene adapter unless
+told otherwise) answers from the exact aggregates."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from typing import Callable
 from llm.prompts import answer_request
 from llm.qa import Embedder, answer
 from llm.sampling import SamplingParams
-from llm.serving import DEFAULT_LLM, load_llm
+from llm.serving import load_llm
+from vigil.settings import ANSWERER
 
 
 class AskError(Exception):
@@ -42,14 +44,21 @@ def load_events(path: Path) -> list[dict]:
 
 
 def ask_offline(question: str, source: str, out_root: Path, models: Path, device: str = "auto",
-                log: Callable[[str], None] = print, engine=None, embedder: Embedder | None = None) -> dict:
+                log: Callable[[str], None] = print, engine=None, embedder: Embedder | None = None,
+                llm: str = ANSWERER) -> dict:
+    """`engine`: one to step by the caller; else LLM `llm` of the repository is loaded for
+    this question."""
     from engine.device import resolve_device
 
-    events_path, specs = run_clip_once(source, out_root, models, resolve_device(device) if device else "cpu", log)
+    device = resolve_device(device) if device else "cpu"
+    events_path, specs = run_clip_once(source, out_root, models, device, log)
     events = load_events(events_path)
     own = engine is None
     if own:
-        engine = load_llm(models, DEFAULT_LLM, "cpu")
+        try:
+            engine = load_llm(models, llm, device)
+        except (FileNotFoundError, ValueError) as exc:
+            raise AskError(f"LLM {llm}: {exc}") from None
     try:
         def generate(prompt: str | list[int]) -> str:
             handle = engine.add_request(prompt, SamplingParams(max_tokens=64, stop=("\n",)), stream=False)
@@ -62,7 +71,7 @@ def ask_offline(question: str, source: str, out_root: Path, models: Path, device
         zones = sorted({n for s in specs for n in s.zones})
         try:
             return answer(question, events, [], generate, lines, zones, embedder,
-                          prompt=lambda agg, q: answer_request(engine.tokenizer, agg, q))
+                          prompt=lambda agg, q: answer_request(engine.tokenizer, agg, q, engine.lora is not None))
         except ValueError as exc:
             raise AskError(f"question: {exc}") from None
     finally:

@@ -26,7 +26,7 @@ from cluster.front import ClusterEngine, connect
 from core.clock import monotonic_ms
 from engine.device import resolve_device
 from engine.engine import Engine
-from llm.metrics import LLMMetrics
+from llm.metrics import LLMSeries
 from models.repository import ModelRepository
 from runtime.load import LoadGovernor
 from runtime.snapshots import SnapshotWriter
@@ -79,7 +79,7 @@ class Vigil:
         self.events = EventService(self.storage, settings.limits, self.snapshots)
         self.cameras = CameraService(self.streams, self.apps)
         self.sinks = SinkService(settings.sinks, self.storage, self.engine.metrics.registry)
-        self.llm = LLMService(settings, self.device, self.engine.arbiter, LLMMetrics(self.engine.metrics.registry),
+        self.llm = LLMService(settings, self.device, self.engine.arbiter, LLMSeries(self.engine.metrics.registry),
                               self.storage, captions, self.streams, self.apps)
         self._restoring = True
         self._stop = threading.Event()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import hmac
 import os
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -20,6 +20,7 @@ from models.repository import MODELS_DIR
 from streams.urls import ALL_SCHEMES, DEFAULT_SCHEMES, SourcePolicy
 
 ROOT = Path(__file__).resolve().parents[1]  # the checkout: its configs and sample videos
+ANSWERER = "smollm2-135m-instruct"  # the LLM that writes captions and answers offline (`vigil ask --source`)
 DEFAULT_CONFIG = ROOT / "configs" / "vigil.yaml"
 SAMPLES_DIR = ROOT / "sample_videos"
 
@@ -208,8 +209,12 @@ class Settings(BaseModel):
     block_frames: int = Field(4, ge=1, le=1024, description="a frame block holds at most this many frames")
     rollup_interval_s: float = Field(5.0, gt=0, le=3600, description="how often per-app metric windows are "
                                      "stored")
-    llm_model: str | None = Field("scene-lm", description="LLM in the model repository; null: no LLM")
-    caption_every_s: float = Field(10.0, ge=0, description="caption each stream this often; 0: never")
+    llm_model: str | None = Field("scene-lm", description="LLM in the model repository that writes captions and "
+                                  "answers /v1/ask (also served on the OpenAI routes); null: no LLM")
+    llm_models: list[Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]{1,100}$")]] = Field(
+        default_factory=list, max_length=8, description="more LLMs of the model repository served beside llm_model "
+        "on the OpenAI routes (a request names one as its `model`); they share the device's LLM time")
+    caption_every_s: float = Field(10.0, ge=0, le=86_400, description="caption each stream this often; 0: never")
     llm_min_share: float = Field(0.1, ge=0, le=MAX_SHARE, description="of device time owed to LLM steps "
                                                                      "under full vision load; the rest of "
                                                                      "the time they run in vision's slack")
@@ -228,6 +233,18 @@ class Settings(BaseModel):
         if twice:
             raise ValueError(f"cameras: each name once; {twice} appear more than once")
         return self
+
+    @model_validator(mode="after")
+    def _llms_unique(self) -> "Settings":
+        names = self.served_llms()
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"llm_models: each LLM once, llm_model included; {twice} appear more than once")
+        return self
+
+    def served_llms(self) -> list[str]:
+        """llm_model first, then llm_models."""
+        return ([self.llm_model] if self.llm_model else []) + list(self.llm_models)
 
     def authorized(self, authorization: str | None) -> bool:
         """An `Authorization` header (or gRPC metadata) value is good when no keys are

@@ -97,6 +97,10 @@ MIGRATIONS: list[str] = [
     """
     CREATE INDEX events_t ON events (t_ms);
     """,
+    # 5 -> 6: whether the model's caption was stored, or the facts' own sentence in its place
+    """
+    ALTER TABLE captions ADD COLUMN grounding TEXT NOT NULL DEFAULT 'model';
+    """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 MAX_EVENT_ID = 2**53 - 1  # the largest integer every JSON client reads exactly
@@ -305,9 +309,10 @@ class Storage:
 
     # -- captions -----------------------------------------------------------------------------------
     def add_caption(self, stream: str, t_start_ms: float, t_end_ms: float, text: str, facts: str,
-                    event_ids: list[int]) -> None:
-        self._exec("INSERT INTO captions (stream, t_start_ms, t_end_ms, text, facts, event_ids) VALUES (?, ?, ?, ?, ?, ?)",
-                   (stream, t_start_ms, t_end_ms, text, facts, json.dumps(event_ids)))
+                    event_ids: list[int], grounding: str = "model") -> None:
+        self._exec("INSERT INTO captions (stream, t_start_ms, t_end_ms, text, facts, event_ids, grounding) "
+                   "VALUES (?, ?, ?, ?, ?, ?, ?)", (stream, t_start_ms, t_end_ms, text, facts, json.dumps(event_ids),
+                                                    grounding))
 
     def captions(self, stream: str | None = None, since_ms: float | None = None, until_ms: float | None = None,
                  limit: int = 1000) -> list[dict]:

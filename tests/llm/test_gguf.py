@@ -9,6 +9,7 @@ file of another architecture or quantization is refused by name."""
 from __future__ import annotations
 
 import random
+import re
 from pathlib import Path
 
 import numpy as np
@@ -175,7 +176,8 @@ def test_another_architecture_or_quantization_is_refused_by_name(tmp_path):
 
 @pytest.fixture(scope="module")
 def served_smollm2(tmp_path_factory, smollm2):
-    """`vigil serve` with SmolLM2's GGUF as its LLM, from a repository of its own."""
+    """`vigil serve` with SmolLM2's GGUF (no adapter) as its LLM and scene-lm beside it, from
+    a repository of their own."""
     import httpx
 
     from support.processes import VigilServer, wait_for
@@ -183,9 +185,10 @@ def served_smollm2(tmp_path_factory, smollm2):
     root = tmp_path_factory.mktemp("gguf-repo")
     (root / "smollm2-135m-instruct" / "1").mkdir(parents=True)
     (root / "smollm2-135m-instruct" / "1" / smollm2.name).symlink_to(smollm2)
+    (root / "scene-lm").symlink_to(ROOT / "configs" / "models" / "scene-lm")
     server = VigilServer(tmp_path_factory.mktemp("gguf-serve") / "data",
                          config={"model_repository": str(root), "llm_model": "smollm2-135m-instruct",
-                                 "caption_every_s": 0})
+                                 "llm_models": ["scene-lm"], "caption_every_s": 0})
     server.start(180)
     wait_for(lambda: httpx.get(f"{server.url}/readyz").status_code == 200, 180, "the LLM loaded")
     yield server
@@ -236,3 +239,28 @@ def test_smollm2_served_through_the_openai_client_generates_as_transformers_does
                                                       return_dict=False)
         assert reply == greedy(list(ids), 24), messages
     assert "Paris" in replies[0]
+
+
+@pytest.mark.slow
+def test_two_llms_are_served_side_by_side_each_by_its_name(served_smollm2):
+    """scene-lm beside SmolLM2: both listed (SmolLM2 the one that answers), each request
+    goes to the model it names, and each model's series carry its name."""
+    import httpx
+
+    from llm.facts import caption_prompt, caption_text
+    from llm.scene_corpus import random_facts
+
+    listed = httpx.get(f"{served_smollm2.url}/v1/models").json()["data"]
+    llms = {m["id"]: m for m in listed if m["kind"] == "llm"}
+    assert set(llms) == {"smollm2-135m-instruct", "scene-lm"}
+    assert llms["smollm2-135m-instruct"]["answers"] and not llms["scene-lm"]["answers"]
+    facts = random_facts(random.Random(3))
+    r = httpx.post(f"{served_smollm2.url}/v1/completions", timeout=120,
+                   json={"model": "scene-lm", "prompt": caption_prompt(facts), "max_tokens": 96, "stop": ["\n"]})
+    assert r.status_code == 200 and r.json()["model"] == "scene-lm", r.text
+    assert r.json()["choices"][0]["text"].strip() == caption_text(facts)  # scene-lm's own caption, word for word
+    r = httpx.post(f"{served_smollm2.url}/v1/completions", json={"model": "gpt-4", "prompt": "hi"})
+    assert r.status_code == 404 and "scene-lm" in r.text and "smollm2-135m-instruct" in r.text
+    metrics = httpx.get(f"{served_smollm2.url}/metrics").text
+    for name in ("scene-lm", "smollm2-135m-instruct"):
+        assert re.search(rf'^vigil_llm_generation_tokens_total{{model_name="{name}"}} [1-9]', metrics, re.M), name

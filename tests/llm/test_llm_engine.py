@@ -254,3 +254,27 @@ def test_async_stream_gives_the_same_pieces_as_the_blocking_one(tiny):
         assert "".join(p.text for p in pieces) == expected.text and pieces[-1].finish_reason == "length"
     finally:
         e.close()
+
+
+def test_two_llms_on_one_device_take_turns_and_neither_is_left_waiting(tiny):
+    """A server's LLM engines share the device as one guest: while both have work their
+    steps alternate, and the one still busy after the other leaves keeps stepping."""
+    with Engine(ModelRepository(MODELS_DIR), "cpu") as vision:
+        order: list[str] = []
+        engines = []
+        for name in ("short", "long"):
+            e = LLMEngine(load_model(tiny), Tokenizer(tiny), EngineConfig(num_blocks=64, block_size=4, min_share=0.2),
+                          name=name, arbiter=vision.arbiter)
+            step = e.step
+            e.step = lambda step=step, name=name: order.append(name) or step()
+            engines.append(e.start())
+        try:
+            handles = [e.add_request("t1 t2", SamplingParams(max_tokens=n, ignore_eos=True))
+                       for e, n in zip(engines, (40, 160))]
+            assert [h.result(60).finish_reason for h in handles] == ["length", "length"]
+        finally:
+            for e in engines:
+                e.close()
+    both = order[:max(i for i, name in enumerate(order) if name == "short") + 1]
+    assert both.count("long") >= 0.8 * both.count("short"), order[:60]
+    assert order.count("long") == 160

@@ -38,7 +38,7 @@ def run(tiny, caching: bool, together: bool, **config) -> tuple[list[list[int]],
 
 
 def sample(engine: LLMEngine, name: str) -> float:
-    return engine.metrics.registry.get_sample_value(name) or 0.0
+    return engine.metrics.registry.get_sample_value(name, {"model_name": engine.name}) or 0.0
 
 
 @pytest.mark.parametrize("together", [False, True], ids=["one-after-another", "joining-mid-flight"])

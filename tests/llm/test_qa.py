@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 from llm.captions import FactsCollector
-from llm.facts import Aggregate, SceneFacts, answer_text, caption_counts, caption_text
+from llm.facts import Aggregate, SceneFacts, answer_text, caption_agrees, caption_counts, caption_text
 from llm.qa import aggregate, answer, figures_agree, parse_question, words_agree
 
 LINES, ZONES = ["crosswalk", "midblock"], ["crosswalk", "north_sidewalk"]
@@ -195,3 +197,46 @@ def test_no_cars_states_a_count_of_zero():
     assert figures_agree("no cars crossed midblock between 0:05 and 0:09.", zero)
     assert figures_agree("0 cars crossed midblock.", zero)
     assert not figures_agree("no cars crossed midblock, 2 did.", zero)
+
+
+CAPTIONED = SceneFacts("s", 0.0, 10_000.0, {"person": 3, "car": 1}, {"gate": {"person": {"in": 2, "out": 0}}},
+                       {"person": 2}, {"car": 1})
+
+
+@pytest.mark.parametrize("caption, agrees", [
+    (caption_text(CAPTIONED), True),
+    ("3 people and 1 car in view. Two walked in.", True),  # fewer facts, none wrong
+    ("3 people and 2 cars in view.", False),  # a count in view
+    ("3 people in view.", False),  # a class in view left out
+    ("3 people and 1 car in view. 7 bikes left.", False),  # a figure the facts lack
+    ("3 people and 1 car in view. 2 people crossed door in.", False),  # a line the facts lack
+    ("3 people and 1 car in view. 2 people crossed gate out.", False),  # the other way
+])
+def test_a_caption_must_not_misstate_its_facts(caption, agrees):
+    assert caption_agrees(caption, CAPTIONED) is agrees
+
+
+def test_a_caption_that_misstates_its_facts_is_stored_as_their_sentence(tmp_path):
+    """The store keeps the model's caption when it agrees with its facts, else the facts'
+    own sentence, and says which (real SQLite; the LLM's handles stand in for an engine)."""
+    from types import SimpleNamespace
+
+    from vigil.services.captions import Captions
+    from vigil.storage import Storage
+
+    storage = Storage(tmp_path / "vigil.db")
+    captions = Captions(storage, every_s=10)
+    done = lambda text: SimpleNamespace(result=lambda timeout_s: SimpleNamespace(text=text, finish_reason="stop"))  # noqa: E731
+    captions._pending.put((CAPTIONED, done(" " + caption_text(CAPTIONED))))
+    captions._pending.put((CAPTIONED, done("12 people in view.")))
+    captions.start(SimpleNamespace())
+    try:
+        for _ in range(100):
+            if len(storage.captions()) == 2:
+                break
+            threading.Event().wait(0.05)
+    finally:
+        captions.close()
+    stored = storage.captions()
+    assert [(c["text"], c["grounding"]) for c in stored] == [(caption_text(CAPTIONED), "model"),
+                                                             (caption_text(CAPTIONED), "template")]

@@ -19,8 +19,8 @@ def llm_gauges(api) -> tuple[float, float]:
     r = api.get("/metrics")
     assert r.status_code == 200 and "vigil_llm_num_requests_running" in r.text, (r.status_code, r.text[-500:])
     text = r.text
-    running = float(re.search(r"^vigil_llm_num_requests_running (\S+)$", text, re.M).group(1))
-    waiting = float(re.search(r"^vigil_llm_num_requests_waiting (\S+)$", text, re.M).group(1))
+    running = float(re.search(r'^vigil_llm_num_requests_running\{model_name="scene-lm"\} (\S+)$', text, re.M).group(1))
+    waiting = float(re.search(r'^vigil_llm_num_requests_waiting\{model_name="scene-lm"\} (\S+)$', text, re.M).group(1))
     return running, waiting
 
 

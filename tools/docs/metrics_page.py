@@ -7,7 +7,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.metrics import MetricWrapperBase
 
 from engine.metrics import EngineMetrics
-from llm.metrics import LLMMetrics
+from llm.metrics import LLMSeries
 from tools.docs.markdown import GENERATED_NOTE, code, table
 from vigil import prom
 from vigil.services.sinks import delivery_counter
@@ -19,7 +19,7 @@ def series() -> list[tuple[str, str, str, list[str], str]]:
     """(name, type, help, labels, owner) of every series, in the order the owners register them."""
     registry = CollectorRegistry()
     EngineMetrics(registry)
-    LLMMetrics(registry)
+    LLMSeries(registry)
     delivery_counter(registry)
     out = []
     for collector in list(registry._collector_to_names):  # the registry lists its collectors nowhere public

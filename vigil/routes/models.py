@@ -30,14 +30,15 @@ class LabelIn(BaseModel):
 
 @router.get("")
 def list_models(service: ServiceDep) -> dict:
-    """Every model: vision models of the repository and the LLM, as an OpenAI-style
-    list (`id`, `object`, `owned_by`) with Vigil's fields (`kind`: vision | llm)."""
+    """Every model: vision models of the repository and the LLMs served, as an
+    OpenAI-style list (`id`, `object`, `owned_by`) with Vigil's fields (`kind`: vision |
+    llm; an LLM's `lora`, the adapter merged into it, and `answers`, whether it writes
+    captions and answers /v1/ask)."""
     data = [{"id": m["name"], "object": "model", "created": 0, "owned_by": "vigil", "kind": "vision", **m}
             for m in service.models.list()]
-    llm = service.llm.engine
-    if llm is not None:
+    for llm in service.llm.engines.values():
         data.append({"id": llm.name, "object": "model", "created": 0, "owned_by": "vigil", "kind": "llm",
-                     "max_model_len": llm.max_model_len})
+                     "max_model_len": llm.max_model_len, "lora": llm.lora, "answers": llm is service.llm.engine})
     return {"object": "list", "data": data}
 
 

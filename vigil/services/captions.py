@@ -1,6 +1,8 @@
 """Scene captions: after each block a stream's facts are collected (`observe`, the
 workers' `on_block`); every `caption_every_s` of stream time they become a
-low-priority LLM request, and one thread stores each caption as it finishes.
+low-priority LLM request, and one thread stores each caption as it finishes. A caption
+that misstates the facts (a count in view, a figure, a line or a direction they do not
+give) is stored as the facts' own sentence instead, with `grounding: template`.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import threading
 
 from llm.captions import FactsCollector
 from llm.engine import EngineFull, LLMEngine
-from llm.facts import facts_text
+from llm.facts import caption_agrees, caption_text, facts_text
 from llm.prompts import caption_request
 from llm.sampling import SamplingParams
 from vigil.storage import Storage, StorageFull
@@ -48,8 +50,9 @@ class Captions:
         if done is None:
             return
         try:
-            handle = engine.add_request(caption_request(engine.tokenizer, done), SamplingParams(max_tokens=96, stop=("\n",)),
-                                        priority=CAPTION_PRIORITY, stream=False)
+            prompt = caption_request(engine.tokenizer, done, tuned=engine.lora is not None)
+            handle = engine.add_request(prompt, SamplingParams(max_tokens=96, stop=("\n",)), priority=CAPTION_PRIORITY,
+                                        stream=False)
         except EngineFull:
             log.warning("caption of %s skipped: the LLM has too many requests waiting", stream)
             return
@@ -71,8 +74,11 @@ class Captions:
             try:
                 out = handle.result(timeout_s=CAPTION_TIMEOUT_S)
                 if out.finish_reason in ("stop", "length"):
-                    self.storage.add_caption(facts.stream, facts.t_start_ms, facts.t_end_ms, out.text.strip(),
-                                             facts_text(facts), facts.event_ids)
+                    text, grounding = out.text.strip(), "model"
+                    if not caption_agrees(text, facts):
+                        text, grounding = caption_text(facts), "template"
+                    self.storage.add_caption(facts.stream, facts.t_start_ms, facts.t_end_ms, text, facts_text(facts),
+                                             facts.event_ids, grounding)
             except StorageFull:
                 continue  # the store said so once, and refuses every write until there is room
             except Exception:

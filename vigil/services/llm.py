@@ -1,6 +1,6 @@
-"""The LLM: loaded at start (the model named by `llm_model`, its version chosen by the
-repository's version policy), the engine the OpenAI routes admit requests to, scene
-captions, and questions about what the apps recorded.
+"""The LLMs: loaded at start (`llm_model`, then `llm_models`, each version chosen by the
+repository's version policy), the engines the OpenAI routes admit requests to, scene
+captions, and questions about what the apps recorded (both by `llm_model`'s engine).
 
 A question waits on the LLM, so it runs on this service's own few threads, never on
 the pool that serves every other route; past `limits.max_waiting_llm_requests`
@@ -15,7 +15,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 from engine.arbiter import DeviceArbiter
 from llm.engine import EngineConfig, EngineFull, LLMEngine
-from llm.metrics import LLMMetrics
+from llm.metrics import LLMMetrics, LLMSeries
 from llm.prompts import answer_request
 from llm.qa import Embedder, answer
 from llm.sampling import SamplingParams
@@ -35,17 +35,18 @@ ASK_TIMEOUT_S = 120.0
 
 
 class LLMService:
-    def __init__(self, settings: Settings, device: str, arbiter: DeviceArbiter, metrics: LLMMetrics, storage: Storage,
+    def __init__(self, settings: Settings, device: str, arbiter: DeviceArbiter, series: LLMSeries, storage: Storage,
                  captions: Captions, streams: StreamService, apps: AppService) -> None:
         self.settings = settings
         self.device = device
         self.arbiter = arbiter  # the device, shared with the vision engine
-        self.metrics = metrics
+        self.series = series
         self.storage = storage
         self.captions = captions
         self.streams = streams
         self.apps = apps
-        self.engine: LLMEngine | None = None  # set by load()
+        self.engine: LLMEngine | None = None  # llm_model's, set by load(): captions and questions
+        self.engines: dict[str, LLMEngine] = {}  # every LLM loaded, by name
         self._embedder: Embedder | None = None
         self._embedder_lock = threading.Lock()
         self._asks = ThreadPoolExecutor(ASK_THREADS, thread_name_prefix="ask")
@@ -53,28 +54,33 @@ class LLMService:
         self._asks_in_flight = 0
 
     def load(self) -> None:
-        """Load and start the LLM and its captions; one that cannot load is logged (the
-        rest of the server runs without it)."""
-        name = self.settings.llm_model
-        if not name:
-            return
-        try:
-            config = EngineConfig(max_waiting=self.settings.limits.max_waiting_llm_requests,
-                                  min_share=self.settings.llm_min_share)
-            self.engine = load_llm(self.settings.model_repository, name, self.device, config, arbiter=self.arbiter,
-                                   metrics=self.metrics).start()
+        """Load and start the LLMs, and captions by llm_model's; one that cannot load is
+        logged (the rest of the server runs without it)."""
+        for name in self.settings.served_llms():
+            try:
+                config = EngineConfig(max_waiting=self.settings.limits.max_waiting_llm_requests,
+                                      min_share=self.settings.llm_min_share)
+                engine = load_llm(self.settings.model_repository, name, self.device, config, arbiter=self.arbiter,
+                                  metrics=LLMMetrics(self.series, name)).start()
+            except (FileNotFoundError, ValueError) as exc:
+                log.warning("LLM %s not loaded: %s", name, exc)
+                continue
+            self.engines[name] = engine
+            log.info("LLM %s loaded%s", name, f" with its adapter {engine.lora}" if engine.lora else "")
+        self.engine = self.engines.get(self.settings.llm_model or "")
+        if self.engine is not None:
             self.captions.start(self.engine)
-            log.info("LLM %s loaded", name)
-        except (FileNotFoundError, ValueError) as exc:
-            log.warning("LLM %s not loaded: %s", name, exc)
 
     def engine_for(self, model: str | None = None) -> LLMEngine:
-        """The LLM engine serving `model` (None: the one served)."""
-        if self.engine is None:
-            raise Overloaded("the LLM is not loaded (yet); see /readyz and the server log")
-        if model not in (None, self.engine.name):
-            raise NotFound(f"model: no LLM {model!r}; served: {self.engine.name!r}")
-        return self.engine
+        """The LLM engine serving `model` (None: llm_model's)."""
+        if model is None:
+            if self.engine is None:
+                raise Overloaded("the LLM is not loaded (yet); see /readyz and the server log")
+            return self.engine
+        engine = self.engines.get(model)
+        if engine is None:
+            raise NotFound(f"model: no LLM {model!r}; served: {sorted(self.engines)}")
+        return engine
 
     def submit_ask(self, question: str, stream: str | None = None, since_ms: float | None = None,
                    until_ms: float | None = None) -> Future:
@@ -110,13 +116,13 @@ class LLMService:
         events = self.storage.window_events(stream, since_ms, until_ms)  # the window only, by index
         return answer(question, events, self.storage.captions(stream), generate, lines, zones,
                       self._sentence_embedder, stream, since_ms, until_ms,
-                      prompt=lambda agg, q: answer_request(engine.tokenizer, agg, q))
+                      prompt=lambda agg, q: answer_request(engine.tokenizer, agg, q, engine.lora is not None))
 
     def close(self) -> None:
         """Refuse new questions, finish the engine's requests, then join the captions thread."""
         self._asks.shutdown(wait=False, cancel_futures=True)
-        if self.engine is not None:
-            self.engine.close()
+        for engine in self.engines.values():
+            engine.close()
         self.captions.close()
 
     def _ask_done(self, _: Future) -> None:
