@@ -13,7 +13,9 @@ Workload: Poisson arrivals; prompts are caption requests for random scene facts 
 chat model, the same instruction then the facts, through its chat template: a shared
 prefix of every request; for scene-lm its own caption prompt); output lengths drawn
 uniformly from 8 to 256 tokens (generated to exactly that length). For each system
-the highest arrival rate is searched (doubling, then three bisection steps) at which
+the highest arrival rate is searched (from the rate at which a trial's requests arrive
+within `trial_s`, or one request per time alone if that is higher: halving while the
+bound breaks, then doubling, then three bisection steps) at which
 p99 latency stays within a bound, and the throughput (generated tokens/s) at that rate
 is reported: throughput at equal p99. The bound is 4x the time one 256-token request
 takes alone on the slowest of the three, so that each of them meets it at a light
@@ -293,13 +295,14 @@ def run_llm_bench(opts: LLMBenchOptions, log: Callable[[str], None] = print) -> 
             f"mean TTFT {t['mean_ttft_s'] * 1000:.0f} ms")
         return t
 
-    start = 1.0 / alone["vigil"]  # one request per unloaded service time: a light load
+    # One request per unloaded service time is a light load; below the rate at which a trial's
+    # n requests arrive within trial_s, a trial of a slow model takes many minutes (SmolLM2
+    # here: 40 requests at 0.1/s), and the search halves from there while the bound breaks.
+    start = max(1.0 / alone["vigil"], n / opts.trial_s)
     max_rate = opts.max_rate
     if opts.quick:
-        # A quick trial is n requests however slow the model: they arrive within trial_s, and
-        # past the rate at which they all arrive within one request's time alone, a trial is
-        # the same burst again.
-        start = max(start, n / opts.trial_s)
+        # A quick trial is n requests however slow the model: past the rate at which they all
+        # arrive within one request's time alone, a trial is the same burst again.
         max_rate = min(max_rate, max(start, n / min(alone.values())))
     out["search"] = {"bisections": 0 if opts.quick else 3, "retries": 0 if opts.quick else 1}
     searches = {name: rate_search(start, bound_s, max_rate, **out["search"]) for name in systems}

@@ -52,8 +52,8 @@ def add_parsers(sub) -> None:
     lb.add_argument("name")
     lb.add_argument("label")
     lb.add_argument("version", type=int)
-    ad = m.add_parser("add", help="upload a version folder (or a .tar/.tar.gz/.zip of one) as the model's next "
-                      "version; the server checks that it builds and runs")
+    ad = m.add_parser("add", help="upload a version folder (or a .tar/.tar.gz/.zip of one), or an LLM's .gguf "
+                      "file, as the model's next version; the server checks that it builds and runs")
     ad.add_argument("name")
     ad.add_argument("path", type=Path)
     model_files.add_parsers(m.parent)
@@ -103,13 +103,19 @@ def _remote(args: argparse.Namespace) -> int:
 
 
 def _archive(path: Path) -> bytes:
-    """A version folder as a .tar.gz in memory, or an archive file's bytes."""
+    """A version folder as a .tar.gz in memory, an LLM's GGUF file as a .tar of it, or an
+    archive file's bytes."""
     import io
     import tarfile
 
+    if path.suffix == ".gguf" and path.is_file():
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as tar:  # quantized weights: gzip would gain little
+            tar.add(path, arcname=path.name)
+        return buf.getvalue()
     if path.is_dir():
-        if not (path / "model.yaml").is_file():
-            raise ValueError(f"{path}: a version folder holds model.yaml")
+        if not (path / "model.yaml").is_file() and len(list(path.glob("*.gguf"))) != 1:
+            raise ValueError(f"{path}: a version folder holds model.yaml, or an LLM's one .gguf file")
         buf = io.BytesIO()
         with tarfile.open(fileobj=buf, mode="w:gz") as tar:
             for f in sorted(p for p in path.rglob("*") if p.is_file() and "profiles" not in p.relative_to(path).parts):

@@ -1,13 +1,14 @@
 """A model version uploaded over REST (`vigil models add`): a .tar (.tar.gz) or .zip of a
-version folder, unpacked into the repository as the model's next version.
+version folder (a vision model's, with model.yaml, or an LLM's, with one GGUF file),
+unpacked into the repository as the model's next version.
 
 An archive is untrusted input. Only regular files and folders are taken (no links,
 devices or FIFOs); every name must stay inside the version folder (no absolute
 paths, no `..`); the number of files and the bytes they unpack to are bounded (a
 small archive that unpacks to gigabytes is refused as it is read, not after). A single
 top-level folder is taken as the version folder. It unpacks into a staging folder
-inside the repository and is renamed into place only when its model.yaml parses, so a
-half-written version is never seen by the repository."""
+inside the repository and is renamed into place only once it loads, so a half-written
+version is never seen by the repository."""
 
 from __future__ import annotations
 
@@ -68,14 +69,20 @@ def _listing(kind: str, entries: list, max_files: int) -> list[Member]:
 
 
 def _root_of(members: list[Member]) -> PurePosixPath:
-    """The folder within the archive that holds model.yaml (its top, or one folder down)."""
+    """The folder within the archive that is a version folder (its top, or one folder
+    down): it holds model.yaml, or an LLM's one GGUF file."""
     files = [m.name for m in members if not m.is_dir and m.name.parts]
-    if PurePosixPath("model.yaml") in files:
+
+    def is_version(folder: PurePosixPath) -> bool:
+        return folder / "model.yaml" in files or sum(f.parent == folder and f.suffix == ".gguf" for f in files) == 1
+
+    if is_version(PurePosixPath()):
         return PurePosixPath()
     tops = {f.parts[0] for f in files}
-    if len(tops) == 1 and PurePosixPath(next(iter(tops)), "model.yaml") in files:
+    if len(tops) == 1 and is_version(PurePosixPath(next(iter(tops)))):
         return PurePosixPath(next(iter(tops)))
-    raise UploadError("the archive has no model.yaml at its top (or in its one top-level folder)")
+    raise UploadError("the archive has no model.yaml, nor one .gguf file, at its top (or in its one top-level "
+                      "folder)")
 
 
 def _read(kind: str, archive: Path, entry) -> Iterator[bytes]:

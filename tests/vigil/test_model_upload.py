@@ -76,6 +76,26 @@ def test_the_cli_adds_a_folder_as_the_next_version(server, tmp_path):
     assert r.status_code == 201 and r.json()["added_version"] == 3
 
 
+def test_the_cli_adds_an_llms_gguf_file_and_refuses_one_that_cannot_load(server, tmp_path):
+    import numpy as np
+    from support.gguf_files import byte_vocabulary, write_qwen2_gguf, write_tiny
+
+    env = {**os.environ, "VIGIL_API_KEY": KEY}
+    good = tmp_path / "tiny-lm.Q8_0.gguf"
+    write_qwen2_gguf(good, "Q8_0", byte_vocabulary())
+    out = run_command([sys.executable, "-m", "cli", "models", "add", "tiny-lm", str(good), "--url", server.url], 120,
+                      cwd=ROOT, env=env)
+    assert out.returncode == 0, out.stderr
+    assert '"kind": "llm"' in out.stdout and '"added_version": 1' in out.stdout
+    assert [p.name for p in (server.repo / "tiny-lm" / "1").iterdir()] == [good.name]
+    bad = tmp_path / "gpt2.gguf"
+    write_tiny(bad, "gpt2", np.zeros((4, 32), dtype=np.float32))
+    out = run_command([sys.executable, "-m", "cli", "models", "add", "other-lm", str(bad), "--url", server.url], 120,
+                      cwd=ROOT, env=env)
+    assert out.returncode == 1 and "general.architecture: supported are" in out.stderr, out.stderr
+    assert not (server.repo / "other-lm").exists() and leftovers(server) == []
+
+
 def test_without_a_key_nothing_is_read(server):
     r = httpx.post(f"{server.url}/v1/models/hog-up/versions", content=b"x" * (5 << 20), timeout=60,
                    headers={"Content-Type": "application/octet-stream"})

@@ -104,6 +104,7 @@ class ModelService:
     def add_version(self, name: str, archive: Path) -> dict:
         """An uploaded archive of a version folder becomes `name`'s next version, once it
         loads (vigil/model_upload.py); the server's own model files are never touched."""
+        from llm.model import CheckpointError
         from models.registry import load_model
         from models.repository import NAME, read_spec
         from vigil.model_upload import UploadError, add_version
@@ -111,7 +112,19 @@ class ModelService:
         if not NAME.match(name):
             raise Invalid(f"name: a model name is lowercase letters, digits, - and _ (at most 64); was {name!r}")
 
+        llm = False
+
         def check(folder: Path, version: int) -> None:
+            nonlocal llm
+            if not (folder / "model.yaml").exists():  # an LLM's GGUF file: it must load, as llm_model would
+                from llm.checkpoint import load_checkpoint
+
+                llm = True
+                try:
+                    load_checkpoint(folder, "cpu")
+                except ValueError as exc:  # the file, its architecture, quantization or tokenizer
+                    raise CheckpointError(str(exc)) from None
+                return
             spec = read_spec(folder / "model.yaml", name)
             model = load_model(spec, folder, version, "cpu")  # it must build and run before it is added
             del model
@@ -121,9 +134,11 @@ class ModelService:
                                   self.limits.max_model_files, check)
         except UploadError as exc:
             raise Invalid(f"archive: {exc}") from None
-        except RepositoryError as exc:
+        except (RepositoryError, CheckpointError) as exc:
             raise Invalid(self.shown(str(exc)).replace(".upload-", "upload ")) from None
         log.info("model %s: version %d added from an upload", name, version)
+        if llm:  # served once llm_model or llm_models names it
+            return {"name": name, "kind": "llm", "added_version": version}
         if name in self.engine.models():
             self._call(name, lambda: self.engine.reload(name))
         return {**self.get(name), "added_version": version}
