@@ -190,6 +190,9 @@ def test_two_llms_are_served_side_by_side_each_by_its_name(served_smollm2):
                    json={"model": "scene-lm", "prompt": caption_prompt(facts), "max_tokens": 96, "stop": ["\n"]})
     assert r.status_code == 200 and r.json()["model"] == "scene-lm", r.text
     assert r.json()["choices"][0]["text"].strip() == caption_text(facts)  # scene-lm's own caption, word for word
+    r = httpx.post(f"{served_smollm2.url}/v1/completions", timeout=120,
+                   json={"model": "smollm2-135m-instruct", "prompt": "The capital of France is", "max_tokens": 4})
+    assert r.status_code == 200 and r.json()["model"] == "smollm2-135m-instruct", r.text
     r = httpx.post(f"{served_smollm2.url}/v1/completions", json={"model": "gpt-4", "prompt": "hi"})
     assert r.status_code == 404 and "scene-lm" in r.text and "smollm2-135m-instruct" in r.text
     metrics = httpx.get(f"{served_smollm2.url}/metrics").text

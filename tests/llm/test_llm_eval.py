@@ -14,7 +14,7 @@ from support.processes import run_command
 def test_eval_llm_measures_scene_lms_answers_and_captions(tmp_path):
     out = tmp_path / "eval.json"
     done = run_command([sys.executable, "-m", "cli", "eval", "llm", "--llm", "scene-lm", "--device", "cpu",
-                        "--json", str(out)], 600)
+                        "--json", str(out)], 540)
     assert done.returncode == 0, done.stderr[-2000:]
     result = json.loads(out.read_text())
     assert result["kind"] == "eval-llm" and result["run"]["command"]
