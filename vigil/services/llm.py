@@ -56,10 +56,10 @@ class LLMService:
     def load(self) -> None:
         """Load and start the LLMs, and captions by llm_model's; one that cannot load is
         logged (the rest of the server runs without it)."""
+        config = EngineConfig(max_waiting=self.settings.limits.max_waiting_llm_requests,
+                              min_share=self.settings.llm_min_share)
         for name in self.settings.served_llms():
             try:
-                config = EngineConfig(max_waiting=self.settings.limits.max_waiting_llm_requests,
-                                      min_share=self.settings.llm_min_share)
                 engine = load_llm(self.settings.model_repository, name, self.device, config, arbiter=self.arbiter,
                                   metrics=LLMMetrics(self.series, name)).start()
             except (FileNotFoundError, ValueError) as exc:
