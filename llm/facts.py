@@ -42,6 +42,18 @@ def clock(ms: float) -> str:
     return f"{s // 60}:{s % 60:02d}"
 
 
+def window_text(t_from_ms: float | None, t_to_ms: float | None, words: tuple[str, str] = ("between", "and")) -> str:
+    """A window as text, " between 0:05 and 0:20" (or " from ... to ..." with `words`); a
+    window with one end is " after 0:40" or " before 0:40"; none is ""."""
+    if t_from_ms is not None and t_to_ms is not None:
+        return f" {words[0]} {clock(t_from_ms)} {words[1]} {clock(t_to_ms)}"
+    if t_from_ms is not None:
+        return f" after {clock(t_from_ms)}"
+    if t_to_ms is not None:
+        return f" before {clock(t_to_ms)}"
+    return ""
+
+
 def facts_text(f: SceneFacts) -> str:
     objects = ", ".join(f"{c} {f.objects.get(c, 0)}" for c in CLASSES)
     cross = "; ".join(f"{line} {c} {d} {n}" for line, by in sorted(f.crossings.items())
@@ -127,7 +139,7 @@ class Aggregate:
     max_s: float | None = None
 
     def context(self) -> str:
-        span = f" from {clock(self.t_from_ms)} to {clock(self.t_to_ms)}" if self.t_from_ms is not None else ""
+        span = window_text(self.t_from_ms, self.t_to_ms, ("from", "to"))
         if self.kind == "count":
             d = self.direction or "any"
             return f"count {self.cls} line {self.line} direction {d}{span} = {self.n}"
@@ -141,7 +153,7 @@ class Aggregate:
 
 def answer_text(a: Aggregate) -> str:
     """The answer the model learns to write from an aggregate's context."""
-    span = f" between {clock(a.t_from_ms)} and {clock(a.t_to_ms)}" if a.t_from_ms is not None else ""
+    span = window_text(a.t_from_ms, a.t_to_ms)
     if a.kind == "count":
         way = f" {a.direction}" if a.direction else ""
         return f"{a.n} {noun(a.cls, a.n)} crossed {a.line}{way}{span}."

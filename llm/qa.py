@@ -52,9 +52,78 @@ def _parse_clock(text: str, live_day_ms: float | None) -> float:
     return (live_day_ms or 0.0) + seconds * 1000.0
 
 
-def parse_question(text: str, lines: list[str], zones: list[str], latest_ms: float | None = None) -> Question:
-    """ValueError names what could not be understood."""
-    q = text.lower().strip()
+NUMBER_WORDS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7,
+                "eight": 8, "nine": 9, "ten": 10, "fifteen": 15, "twenty": 20, "thirty": 30}
+UNIT_MS = {"second": 1000, "minute": 60_000, "hour": 3_600_000}
+AMOUNT = r"(\d{1,6}|" + "|".join(NUMBER_WORDS) + r")"
+# "in the last 5 minutes", "during the past hour", "over the previous ten seconds"
+RELATIVE = re.compile(rf"\b(?:in|during|over|within|for)?\s*(?:the\s+)?(?:last|past|previous)\s+(?:{AMOUNT}\s+)?"
+                      r"(second|minute|hour)s?\b")
+# "in the first 10 seconds" of a clip
+OPENING = re.compile(rf"\b(?:in|during|within|for)?\s*(?:the\s+)?first\s+{AMOUNT}\s+(second|minute|hour)s?\b")
+BETWEEN = re.compile(rf"\b(?:in\s+)?between {TIME} and {TIME}")
+AFTER = re.compile(rf"\b(?:after|since|from) {TIME}")
+BEFORE = re.compile(rf"\b(?:before|until|till|to) {TIME}")
+# what still names a time once the windows above are read: a question about it would be
+# answered over another window, so it is refused instead
+UNREAD_TIME = re.compile(r"\d{1,2}:\d{2}|\b(?:second|minute|hour|day|week|yesterday|today|tonight|morning|"
+                         r"afternoon|evening|noon|midnight|o'?clock|[ap]\.?m\.?)s?\b")
+# a direction after a line's name, unless a window follows ("walkway in the last 5 minutes")
+WINDOW_AHEAD = r"(?!\s+(?:the|last|past|first|between|an?|\d)\b)"
+WINDOWS_UNDERSTOOD = ("between 0:05 and 0:20, after 0:40, before 1:00, in the last 5 minutes, "
+                      "in the first 30 seconds")
+
+
+def _amount(text: str | None) -> int:
+    return 1 if text is None else NUMBER_WORDS.get(text) or int(text)
+
+
+def _parse_window(q: str, latest_ms: float | None, live_day: float | None,
+                  now_ms: float | None) -> tuple[float | None, float | None, str]:
+    """The window a question names, and the question with it taken out. ValueError for a
+    time it names in another way."""
+    t_from = t_to = None
+    m = BETWEEN.search(q)
+    if m:
+        t_from, t_to = _parse_clock(m.group(1), live_day), _parse_clock(m.group(2), live_day)
+        q = BETWEEN.sub(" ", q)
+    else:
+        after, before = AFTER.search(q), BEFORE.search(q)
+        if after:
+            t_from = _parse_clock(after.group(1), live_day)
+        if before:
+            t_to = _parse_clock(before.group(1), live_day)
+        q = BEFORE.sub(" ", AFTER.sub(" ", q))
+    last = RELATIVE.search(q)
+    if last:
+        # a clip's "last 5 minutes" are its own last ones; a live camera's (or one with no
+        # events yet) are the clock's
+        end = latest_ms if live_day is None and latest_ms is not None else now_ms if now_ms is not None else latest_ms
+        if end is None:
+            raise ValueError(f"{last.group(0).strip()!r}: nothing was recorded yet to count back from")
+        t_from = max(0.0, end - _amount(last.group(1)) * UNIT_MS[last.group(2)])
+        t_to = end + 1
+        q = RELATIVE.sub(" ", q)
+    opening = OPENING.search(q)
+    if opening:
+        if live_day is not None:
+            raise ValueError(f"{opening.group(0).strip()!r} of a live stream: name a clock time instead "
+                             "(between 09:00 and 09:10)")
+        t_from, t_to = 0.0, float(_amount(opening.group(1)) * UNIT_MS[opening.group(2)])
+        q = OPENING.sub(" ", q)
+    unread = UNREAD_TIME.search(q)
+    if unread:
+        raise ValueError(f"the time {unread.group(0)!r} is not understood; name a window as "
+                         f"{WINDOWS_UNDERSTOOD}")
+    return t_from, t_to, q
+
+
+def parse_question(text: str, lines: list[str], zones: list[str], latest_ms: float | None = None,
+                   now_ms: float | None = None) -> Question:
+    """ValueError names what could not be understood: a question is refused rather than
+    answered as another one. `latest_ms`: the latest event's time; `now_ms`: the clock's
+    (epoch ms), which a live camera's relative windows count back from."""
+    q = " ".join(text.lower().split())
     live_day = None
     if latest_ms is not None and latest_ms > 86_400_000:  # live: epoch ms
         live_day = latest_ms - latest_ms % 86_400_000
@@ -63,43 +132,34 @@ def parse_question(text: str, lines: list[str], zones: list[str], latest_ms: flo
     if not classes:
         raise ValueError("name a class: people, cars or bikes")
     cls = classes[0]
-    t_from = t_to = None
-    m = re.search(rf"between {TIME} and {TIME}", q)
-    if m:
-        t_from, t_to = _parse_clock(m.group(1), live_day), _parse_clock(m.group(2), live_day)
-    else:
-        after = re.search(rf"(?:after|since|from) {TIME}", q)
-        before = re.search(rf"(?:before|until|to) {TIME}", q)
-        last = re.search(r"in the (?:last|past) (\d+) (second|minute|hour)s?", q)
-        if after:
-            t_from = _parse_clock(after.group(1), live_day)
-        if before:
-            t_to = _parse_clock(before.group(1), live_day)
-        if last and latest_ms is not None:
-            unit = {"second": 1000, "minute": 60_000, "hour": 3_600_000}[last.group(2)]
-            t_from, t_to = latest_ms - int(last.group(1)) * unit, latest_ms + 1
+    t_from, t_to, rest = _parse_window(q, latest_ms, live_day, now_ms)
     if t_from is not None and t_to is None:
         t_to = float("inf")
     if t_to is not None and t_from is None:
         t_from = 0.0
-    line = next((name for name in lines if re.search(rf"\b{re.escape(name)}\b", q)), None)
-    zone = next((name for name in zones if re.search(rf"\b{re.escape(name.replace('_', ' '))}\b|\b{re.escape(name)}\b", q)),
-                None)
-    if re.search(r"\bfirst\b", q):
+    line = next((name for name in lines if re.search(rf"\b{re.escape(name.lower())}\b", rest)), None)
+    zone = next((name for name in zones if re.search(rf"\b{re.escape(name.lower().replace('_', ' '))}\b|"
+                                                     rf"\b{re.escape(name.lower())}\b", rest)), None)
+    first, last = re.search(r"\bfirst\b", rest), re.search(r"\blast\b", rest)
+    if (first or last) and line is not None and re.search(r"\bcross(?!walk)", rest):
+        raise ValueError(f"when the {'first' if first else 'last'} one crossed a line is not understood yet; "
+                         f"ask when the {'first' if first else 'last'} {cls} was seen, or how many crossed {line}")
+    if first:
         return Question("first", cls, t_from_ms=t_from, t_to_ms=t_to)
-    if re.search(r"\blast\b", q) and not re.search(r"in the last \d", q):
+    if last:
         return Question("last", cls, t_from_ms=t_from, t_to_ms=t_to)
-    if line is not None and re.search(r"\bcross(?!walk)", q):
-        way = re.search(rf"\b{re.escape(line)} (in|out)\b|\b(inbound|outbound)\b", q)
+    if line is not None and re.search(r"\bcross(?!walk)", rest):
+        way = re.search(rf"\b{re.escape(line.lower())} (in|out)\b{WINDOW_AHEAD}|\b(inbound|outbound)\b", rest)
         direction = None
         if way:
             direction = way.group(1) or ("in" if way.group(2) == "inbound" else "out")
         return Question("count", cls, line=line, direction=direction, t_from_ms=t_from, t_to_ms=t_to)
     if zone is not None:
-        dwell = re.search(r"\bhow long\b|\bwait|\bstay|\bstood\b|\bspen[dt]\b|\bdwell|\bloiter", q)
+        dwell = re.search(r"\bhow long\b|\bwait|\bstay|\bstood\b|\bspen[dt]\b|\bdwell|\bloiter", rest)
         return Question("dwell" if dwell else "zone", cls, zone=zone, t_from_ms=t_from, t_to_ms=t_to)
-    raise ValueError("ask how many crossed a line (" + ", ".join(lines) + "), when the first or last one was seen, "
-                     "or whether one was in a zone, or how long they stayed there (" + ", ".join(zones) + ")")
+    raise ValueError("ask how many crossed a line (" + (", ".join(lines) or "no line is drawn") + "), when the first "
+                     "or last one was seen, or whether one was in a zone, or how long they stayed there ("
+                     + (", ".join(zones) or "no zone is drawn") + ")")
 
 
 def _when(e: dict) -> float:
@@ -196,7 +256,8 @@ class Embedder:
     def rank(self, query: str, texts: list[str], k: int) -> list[int]:
         if not texts:
             return []
-        vecs = self.model.encode([query, *texts], convert_to_tensor=True, normalize_embeddings=True)
+        vecs = self.model.encode([query, *texts], convert_to_tensor=True, normalize_embeddings=True,
+                                 show_progress_bar=False)  # a server's log is not a terminal
         scores = (vecs[1:] @ vecs[0]).tolist()
         return sorted(range(len(texts)), key=lambda i: -scores[i])[:k]
 
@@ -234,18 +295,19 @@ def scene_lm_prompt(agg: Aggregate, question: str) -> str:
 def answer(question: str, events: list[dict], captions: list[dict], generate: Callable[[object], str],
            lines: list[str], zones: list[str], embedder: "Embedder | Callable[[], Embedder] | None" = None,
            stream: str | None = None, since_ms: float | None = None, until_ms: float | None = None,
-           prompt: Callable[[Aggregate, str], object] = scene_lm_prompt) -> dict:
+           prompt: Callable[[Aggregate, str], object] = scene_lm_prompt, now_ms: float | None = None) -> dict:
     """`generate` writes the sentence from `prompt(aggregate, question)` (llm/prompts.py
-    for a chat model); the figures come from the events."""
+    for a chat model); the figures come from the events. `now_ms`: the clock (epoch ms)
+    for a live camera's "in the last N minutes"."""
     started = time.perf_counter()
     events = [e for e in events if (stream is None or e["stream"] == stream)
               and (since_ms is None or e["t_ms"] >= since_ms) and (until_ms is None or e["t_ms"] < until_ms)]
     latest = max((e["t_ms"] for e in events), default=None)
-    q = parse_question(question, lines, zones, latest)
+    q = parse_question(question, lines, zones, latest, now_ms)
     agg, used = aggregate(q, events)
     text = generate(prompt(agg, question)).strip()
     grounding = "model"
-    if not (figures_agree(text, agg) and words_agree(text, agg, zones)):
+    if not (text and figures_agree(text, agg) and words_agree(text, agg, zones)):  # an empty reply states nothing
         text, grounding = answer_text(agg), "template"
     t_lo = q.t_from_ms if q.t_from_ms is not None else min((e["t_ms"] for e in used), default=0.0)
     t_hi = _finite(q.t_to_ms) if _finite(q.t_to_ms) is not None else max((e["t_ms"] for e in used), default=t_lo)

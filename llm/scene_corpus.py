@@ -8,7 +8,7 @@ import random
 from dataclasses import replace
 
 from llm.facts import (CLASSES, PLURAL, Aggregate, SceneFacts, answer_prompt, answer_text, caption_prompt, caption_text,
-                       clock)
+                       window_text)
 
 LINES = ("midblock", "crosswalk", "westgate", "eastgate")
 ZONES = ("crosswalk", "north_sidewalk", "south_sidewalk", "road")
@@ -86,7 +86,7 @@ def random_aggregate(rng: random.Random) -> tuple[Aggregate, str]:
     if rng.random() < 0.7:
         t_from = rng.randint(0, 590) * 1000.0
         t_to = t_from + rng.randint(1, 120) * 1000.0
-    span = f" between {clock(t_from)} and {clock(t_to)}" if t_from is not None else ""
+    span = window_text(t_from, t_to)
     if kind == "count":
         d = rng.choice([None, None, "in", "out"])
         a = Aggregate("count", c, t_from, t_to, line=rng.choice(LINES), direction=d,
@@ -137,7 +137,7 @@ def random_dwell(rng: random.Random) -> tuple[Aggregate, str]:
     mean = rng.randint(1, 90) if n else None
     a = Aggregate("dwell", c, t_from, t_to, zone=zone, n=n, mean_s=mean,
                   max_s=(mean + rng.randint(0, 60)) if n else None)
-    span = f" between {clock(t_from)} and {clock(t_to)}" if t_from is not None else ""
+    span = window_text(t_from, t_to)
     return a, rng.choice(DWELL_QUESTIONS).format(p=PLURAL[c], zone=zone, span=span)
 
 

@@ -119,3 +119,24 @@ def test_ask_answers_with_the_exact_count_and_cites_events(api, client):
     assert len([e for e in crossings if e["id"] in cited and e["line"] == "midblock"]) == n
     assert api.post("/v1/ask", json={"question": "what is the weather?"}).status_code == 422
     assert api.post("/v1/ask", json={"question": "how many cars crossed midblock?", "stream": "nope"}).status_code == 404
+
+
+def test_asked_anything_the_server_answers_or_refuses_never_fails(server, api, client):
+    """A window with one end once answered 500. A sample of the generated questions (the
+    parser's own sweep takes thousands) through the route: 200 or a 422 that says what
+    can be asked."""
+    from support.questions import questions
+
+    r = api.post("/v1/ask", json={"question": "How many people crossed midblock after 0:04?", "stream": "street"})
+    assert r.status_code == 200, r.text
+    assert r.json()["question"]["t_to_ms"] is None and " after 0:04" in r.json()["aggregate"]
+    statuses = {}
+    for text in questions(60, ["midblock"], [], seed=3):
+        r = api.post("/v1/ask", json={"question": text or "?", "stream": "street"})
+        statuses[r.status_code] = statuses.get(r.status_code, 0) + 1
+        assert r.status_code in (200, 422), (text, r.status_code, r.text)
+        if r.status_code == 422:
+            assert r.json()["detail"].startswith("question: "), r.text
+    assert statuses.get(200, 0) >= 5 and statuses.get(422, 0) >= 5, statuses
+    assert api.get("/v1/captions", params={"stream": "street"}).json()["captions"]  # so questions ranked them
+    assert "%|" not in server.logs()  # no library's progress bar (the caption ranker's encode had one)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from engine.arbiter import DeviceArbiter
@@ -116,7 +117,8 @@ class LLMService:
         events = self.storage.window_events(stream, since_ms, until_ms)  # the window only, by index
         return answer(question, events, self.storage.captions(stream), generate, lines, zones,
                       self._sentence_embedder, stream, since_ms, until_ms,
-                      prompt=lambda agg, q: answer_request(engine.tokenizer, agg, q, engine.lora is not None))
+                      prompt=lambda agg, q: answer_request(engine.tokenizer, agg, q, engine.lora is not None),
+                      now_ms=time.time() * 1000.0)
 
     def close(self) -> None:
         """Refuse new questions, finish the engine's requests, then join the captions thread."""
