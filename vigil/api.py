@@ -1,6 +1,6 @@
 """REST API (FastAPI): `build_app` assembles the routers of vigil/routes/ (one per
 resource, thin adapters over the services), the body guard, the error handlers and the
-dashboard. OpenAPI at /docs.
+dashboard. OpenAPI at /openapi.json, read at /docs and /redoc (served offline).
 
 Errors: 422 names the field, 404 an unknown name, 409 a conflict, 401 a missing or
 wrong key (only when keys are configured: mutating routes and the LLM's), 408 a body
@@ -16,6 +16,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 from apps.spec import format_errors
+from vigil.api_docs import docs_router
 from vigil.auth import require_key
 from vigil.dashboard import dashboard_router
 from vigil.http_guard import UPLOAD_PATH, BodyGuard, Upload
@@ -52,7 +53,7 @@ def build_app(service: Vigil, lifespan=None) -> FastAPI:
 def build_routes(settings: Settings, lifespan=None) -> FastAPI:
     """The API as declared: routes, middleware and error handlers, before a service is
     attached (the OpenAPI schema and the REST reference are made from this alone)."""
-    app = FastAPI(title="Vigil", version="0.1.0", lifespan=lifespan,
+    app = FastAPI(title="Vigil", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None,
                   description="Video analytics serving: streams, camera apps, models, events, SLO metrics.")
     app.add_exception_handler(ServiceError, _service_error)
     app.add_exception_handler(StorageFull, _storage_full)
@@ -68,5 +69,6 @@ def build_routes(settings: Settings, lifespan=None) -> FastAPI:
     app.include_router(openai.router, dependencies=llm_key)
     app.include_router(llm.router, dependencies=llm_key)
     app.include_router(dashboard_router())
+    app.include_router(docs_router(app.title, app.openapi_url))
     document_errors(app)
     return app

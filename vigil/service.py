@@ -122,7 +122,12 @@ class Vigil:
 
     def overview(self) -> dict:
         """The dashboard's view of every app and stream."""
-        return overview(self.streams, self.apps, self.ready, self.engine.load_report())
+        return overview(self.streams, self.apps, self.ready, self.engine.load_report(), self.clustered)
+
+    @property
+    def clustered(self) -> bool:
+        """Whether the engine runs on a Ray cluster (`--cluster`) rather than in this process."""
+        return isinstance(self.engine, ClusterEngine)
 
     def close(self) -> None:
         """Graceful: stop the streams, finish their blocks in flight, flush events and
@@ -142,7 +147,7 @@ class Vigil:
 
     def cluster_plan(self) -> dict:
         """GET /v1/cluster: the global scheduler's plan and each backend's report."""
-        if not isinstance(self.engine, ClusterEngine):
+        if not self.clustered:
             raise NotFound("this server runs its engine in its own process (start it with --cluster)")
         return self.engine.plan()
 

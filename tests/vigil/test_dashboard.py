@@ -31,6 +31,8 @@ def page(browser):
 
 def test_cards_show_live_numbers_that_change(server, browser):
     page = browser.new_page()
+    asked = []
+    page.on("request", lambda r: asked.append(r.url))
     page.goto(f"{server.url}/dashboard")
     card = page.locator('.card[data-app="people"]')
     card.wait_for(timeout=30_000)
@@ -48,6 +50,9 @@ def test_cards_show_live_numbers_that_change(server, browser):
     page.locator("#captions td.caption").first.wait_for(timeout=90_000)  # written by the LLM
     assert "in view." in page.locator("#captions td.caption").first.inner_text()
     assert "live" in card.locator(".pill.live").first.inner_text()
+    assert re.fullmatch(r"\d+:\d\d\.\d–\d+:\d\d\.\d", page.locator("#captions td.muted").first.inner_text())
+    # a server that runs its engine in its own process has no /v1/cluster: the page never asks
+    assert not [u for u in asked if "/v1/cluster" in u]
     page.close()
 
 
@@ -78,6 +83,9 @@ def test_the_events_page_lists_events_with_their_snapshots_and_filters_them(serv
     page.wait_for_url("**/dashboard/events")
     thumb = page.locator("#events img.thumb").first
     thumb.wait_for(timeout=60_000)
+    assert page.locator("#viewer").is_hidden()  # nothing picked yet: no broken image
+    # stream time of a file: where in the clip, not seconds since 1970
+    assert re.fullmatch(r"\d+:\d\d\.\d into the clip", page.locator("#events td.time").first.inner_text())
     page.wait_for_function("() => { const i = document.querySelector('#events img.thumb'); "
                            "return i && i.complete && i.naturalWidth > 0; }", timeout=30_000)
     ids = [int(i) for i in page.locator("#events tbody tr").evaluate_all("rows => rows.map(r => r.dataset.id)")]
@@ -117,3 +125,26 @@ def test_a_cameras_live_view_refreshes_its_apps_annotated_frames(server, page):
     assert page.evaluate(f"() => document.querySelector('{frame}').naturalWidth") == 640
     first = page.evaluate(f"() => document.querySelector('{frame}').src")
     page.wait_for_function(f"() => document.querySelector('{frame}').src !== {first!r}", timeout=10_000)
+
+
+@pytest.mark.parametrize("path,rendered", [
+    ("/docs", "() => document.querySelectorAll('.opblock').length"),
+    ("/redoc", "() => document.querySelectorAll('.operation-type').length"),
+])
+def test_the_api_pages_render_offline(server, page, path, rendered):
+    """Swagger UI and ReDoc with every file from this server: a request elsewhere (a CDN,
+    a font) is refused, as on an offline machine."""
+    elsewhere = []
+
+    def only_here(route):
+        if route.request.url.startswith(server.url):
+            route.continue_()
+        else:
+            elsewhere.append(route.request.url)
+            route.abort()
+
+    page.route("**/*", only_here)
+    page.goto(f"{server.url}{path}")
+    page.wait_for_function(f"() => ({rendered})() > 20", timeout=30_000)
+    assert "/v1/streams" in page.inner_text("body")
+    assert elsewhere == []

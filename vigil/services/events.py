@@ -53,9 +53,10 @@ class EventService:
                 "next_before_id": more if newest_first else None}
 
 
-def overview(streams: StreamService, apps: AppService, ready: bool, device: dict) -> dict:
+def overview(streams: StreamService, apps: AppService, ready: bool, device: dict, cluster: bool = False) -> dict:
     """Every app's card (status, SLO attainment, latency, load, counts, its stream) and
-    every stream, as the dashboard shows them."""
+    every stream, as the dashboard shows them; `cluster`: whether /v1/cluster has a plan
+    to show."""
     cards = []
     streams_now = streams.list()
     for a in apps.list():
@@ -68,4 +69,4 @@ def overview(streams: StreamService, apps: AppService, ready: bool, device: dict
                       "throughput_fps": m["throughput_fps"],
                       "dropped": m["dropped"], "batch_size": m["batch_size"], "counts": a["counts"],
                       "streams": [{k: s[k] for k in STREAM_FIELDS} for s in watched]})
-    return {"apps": cards, "streams": streams_now, "ready": ready, "device": device}
+    return {"apps": cards, "streams": streams_now, "ready": ready, "device": device, "cluster": cluster}

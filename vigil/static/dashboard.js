@@ -37,6 +37,7 @@ function card(a) {
 }
 
 function render(o) {
+  if (o.cluster) watchCluster();
   document.getElementById("cards").innerHTML = o.apps.map(card).join("") ||
     '<p class="muted">No apps yet: POST /v1/streams and /v1/apps (see /docs).</p>';
   document.querySelector("#streams tbody").innerHTML = o.streams.map((s) =>
@@ -66,21 +67,21 @@ async function captions() {
   try {
     const r = await fetch("/v1/captions?limit=8");
     const rows = (await r.json()).captions.reverse();
-    const t = (ms) => (ms > 864e5 ? new Date(ms).toLocaleTimeString() : (ms / 1000).toFixed(0) + " s");
     document.querySelector("#captions tbody").innerHTML = rows.map((c) =>
-      `<tr><td>${esc(c.stream)}</td><td class="muted">${t(c.t_start_ms)}–${t(c.t_end_ms)}</td>
+      `<tr><td>${esc(c.stream)}</td><td class="muted">${clock(c.t_start_ms)}–${clock(c.t_end_ms)}</td>
        <td class="caption">${esc(c.text)}</td></tr>`).join("");
   } catch (e) { /* the next round will try again */ }
 }
 captions();
 setInterval(captions, 5000);
 
-// Where the engine runs when the server was started with --cluster (GET /v1/cluster;
-// 404 otherwise, and the section stays hidden): the global scheduler's plan.
+// Where the engine runs when the server was started with --cluster (the overview says
+// so; GET /v1/cluster is 404 otherwise, and the section stays hidden): the global
+// scheduler's plan.
 async function cluster() {
   try {
     const r = await fetch("/v1/cluster");
-    if (r.status === 404) return;
+    if (!r.ok) return;
     const c = await r.json();
     document.getElementById("cluster").hidden = false;
     const last = c.history.length ? c.history[c.history.length - 1] : null;
@@ -96,5 +97,9 @@ async function cluster() {
       (lost ? `lost backends: ${lost}` : "");
   } catch (e) { /* the next round will try again */ }
 }
-cluster();
-setInterval(cluster, 5000);
+let clusterTimer = null;
+function watchCluster() {
+  if (clusterTimer !== null) return;
+  cluster();
+  clusterTimer = setInterval(cluster, 5000);
+}

@@ -26,7 +26,7 @@ function details(e) {
 function row(e) {
   const shot = e.snapshot ? `<img class="thumb" loading="lazy" alt="crop" src="/v1/events/${e.id}/crop.jpg"
       data-snapshot="/v1/events/${e.id}/snapshot.jpg" data-caption="#${e.id} ${esc(e.type)} ${esc(e.class)}">` : "";
-  return `<tr data-id="${e.id}"><td>${shot}</td><td>${e.id}</td><td>${(e.t_ms / 1000).toFixed(1)} s</td>
+  return `<tr data-id="${e.id}"><td>${shot}</td><td>${e.id}</td><td class="time">${when(e.t_ms)}</td>
     <td>${esc(e.stream)}</td><td>${esc(e.app)}</td><td class="type">${esc(e.type)}</td><td>${esc(e.class)}</td>
     <td>${e.track_id >= 0 ? e.track_id : ""}</td><td class="muted">${esc(details(e))}</td>
     <td><button type="button" class="clip" data-id="${e.id}">clip</button></td></tr>`;
@@ -67,7 +67,7 @@ document.getElementById("filters").addEventListener("change", () => {
 });
 function show(what, caption) {
   const viewer = document.getElementById("viewer"), player = document.getElementById("player");
-  viewer.hidden = what !== viewer;
+  viewer.hidden = what !== viewer || !viewer.getAttribute("src");  // no picture yet: no broken image
   player.hidden = what !== player;
   if (what !== player) player.pause();
   document.getElementById("viewer-caption").textContent = caption;
@@ -100,8 +100,9 @@ document.querySelector("#events tbody").addEventListener("click", (ev) => {
   }
   const img = ev.target.closest("img.thumb");
   if (!img) return;
-  document.getElementById("viewer").src = img.dataset.snapshot;
-  show(document.getElementById("viewer"), img.dataset.caption);
+  const viewer = document.getElementById("viewer");
+  viewer.src = img.dataset.snapshot;
+  show(viewer, img.dataset.caption);
 });
 choices().then(load);
 setInterval(load, 3000);
