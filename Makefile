@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 DEMO_OUT ?= demo-out
 
-.PHONY: demo test test-fast docs install models tfjs-reference system-deps proto serve soak train-detector train-scene-lm bench-ingest bench-engine bench-llm triton-venv clean
+.PHONY: demo test test-fast docs install models tfjs-reference system-deps camera-deps proto serve soak train-detector train-scene-lm bench-ingest bench-engine bench-llm triton-venv clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -43,8 +43,9 @@ demo: $(STAMP) models
 # to run is printed.
 ULTRALYTICS := 8.4.190
 TRACKERS := 2.6.1
-SYSTEM_PACKAGES := python3-gi gir1.2-gst-rtsp-server-1.0 gstreamer1.0-plugins-base gstreamer1.0-plugins-good \
-	gstreamer1.0-plugins-bad chromium opencv-doc libjemalloc2 mosquitto
+# GStreamer's RTSP server, which scripts/rtsp-camera.sh serves the tour's camera with (Debian's system python)
+CAMERA_PACKAGES := $(shell scripts/rtsp-camera.sh --packages)
+SYSTEM_PACKAGES := $(CAMERA_PACKAGES) chromium opencv-doc libjemalloc2 mosquitto
 # npm only where there is none: NodeSource's nodejs carries its own, which Debian's npm conflicts with
 NPM_PACKAGES = $$(command -v npm >/dev/null || echo nodejs npm)
 system-deps:
@@ -58,6 +59,14 @@ system-deps:
 			gstreamer1.0-tools >/dev/null; \
 	else echo "install the test's system packages: sudo apt-get install $(SYSTEM_PACKAGES) $(NPM_PACKAGES) gstreamer1.0-tools"; \
 		exit 1; fi
+
+# What the tour's RTSP camera (scripts/rtsp-camera.sh) needs, and nothing else the tests use.
+camera-deps:
+	@if scripts/rtsp-camera.sh --check 2>/dev/null; then echo "GStreamer's RTSP server is installed"; \
+	elif [ "$$(id -u)" = 0 ]; then \
+		DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(CAMERA_PACKAGES) >/dev/null; \
+	else echo "install GStreamer's RTSP server: sudo apt-get install $(CAMERA_PACKAGES)"; exit 1; fi
 
 # Tests on several workers (TEST_WORKERS=0: one process); tests that share a server stay on
 # one worker, and the longest go first (tests/support/tiers.py). Then, alone on the machine,

@@ -5,8 +5,22 @@
 # (Debian: python3-gi gir1.2-gst-rtsp-server-1.0 gstreamer1.0-plugins-bad), which sends
 # H.264 as it is, so other footage is first converted once into .cache/ with the venv's PyAV.
 # Usage: scripts/rtsp-camera.sh [FILE] [PORT]   (PORT: 8554)
+#        scripts/rtsp-camera.sh --check          (exits 0 when the RTSP server can run)
+#        scripts/rtsp-camera.sh --packages       (Debian's packages it needs)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+PACKAGES="python3-gi gir1.2-gst-rtsp-server-1.0 gstreamer1.0-plugins-base gstreamer1.0-plugins-good gstreamer1.0-plugins-bad"
+if [ "${1:-}" = "--packages" ]; then echo "$PACKAGES"; exit 0; fi
+SYSTEM_PYTHON=${SYSTEM_PYTHON:-/usr/bin/python3}  # GStreamer's bindings are Debian's, not the venv's
+if ! "$SYSTEM_PYTHON" -c "import gi; gi.require_version('Gst', '1.0'); gi.require_version('GstRtspServer', '1.0')
+from gi.repository import Gst, GstRtspServer
+Gst.init(None)
+assert all(Gst.ElementFactory.find(e) for e in ('filesrc', 'qtdemux', 'h264parse', 'rtph264pay'))" >/dev/null 2>&1; then
+  echo "rtsp-camera.sh: GStreamer's RTSP server is not installed: run 'make camera-deps' as root, or" \
+       "sudo apt-get install $PACKAGES" >&2
+  exit 1
+fi
+[ "${1:-}" = "--check" ] && exit 0
 footage=${1:-$(scripts/real-footage.sh)}
 port=${2:-8554}
 mkdir -p .cache
@@ -29,4 +43,4 @@ with av.open(sys.argv[1]) as src, av.open(sys.argv[2] + ".part", "w", format="mp
 PY
   mv "$mp4.part" "$mp4"
 fi
-exec /usr/bin/python3 scripts/rtsp_server.py "$PWD/$mp4" "$port" cam
+exec "$SYSTEM_PYTHON" scripts/rtsp_server.py "$PWD/$mp4" "$port" cam

@@ -67,6 +67,8 @@ RUN_AS = {
 NOT_RUN = {
     "make demo": "the quick start: tests/test_run.py runs its apps on the same footage, and CI runs make test",
     "make test": "the quick start: CI runs it",
+    "make camera-deps": "installs Debian's packages as root, in the checkout (the commands run in a copy of "
+                        "configs/); CI's make test installs the same packages with the rest (system-deps)",
     "scripts/rtsp-camera.sh": "long-lived; the tour's commands run without a camera (the stream keeps "
                               "reconnecting) and tests/streams start the same RTSP server",
     "vigil serve": "long-lived, on the fixed ports 8080/8081; the test's own server is this command with "
