@@ -26,12 +26,14 @@ models: $(STAMP)
 install: $(STAMP) models
 
 # The default apps (people, vehicles and motion, on the pretrained COCO detector) on real
-# footage, OpenCV's vtest.avi (scripts/real-footage.sh); without it or coco's weights,
-# the synthetic range's apps on a bundled clip. It says which it ran.
+# footage, OpenCV's vtest.avi (scripts/real-footage.sh), the people counter with a line
+# across its walkway (configs/apps/vtest-people-counter.yaml); without it or coco's
+# weights, the synthetic range's apps on a bundled clip. It says which it ran.
+DEMO_APPS := --app configs/apps/vtest-people-counter.yaml --app vehicle-counter --app motion
 demo: $(STAMP) models
 	@if footage=$$(scripts/real-footage.sh) && $(BIN)/vigil models fetch --check; then \
-		echo "demo: the default apps on real footage, $$footage"; \
-		$(BIN)/vigil run "$$footage" --out $(DEMO_OUT); \
+		echo "demo: the default apps on real footage, $$footage, with a line across its walkway"; \
+		$(BIN)/vigil run "$$footage" $(DEMO_APPS) --out $(DEMO_OUT); \
 	else echo "demo: no real footage or no coco weights (above); the synthetic range's apps on sample_videos/street_a.mp4"; \
 		$(BIN)/vigil run sample_videos/street_a.mp4 --out $(DEMO_OUT); fi
 	@echo "demo outputs: $(DEMO_OUT)/summary.json $(DEMO_OUT)/events.jsonl $(DEMO_OUT)/annotated.mp4"

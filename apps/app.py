@@ -6,7 +6,8 @@ batches) and hands them to `observe`, which tracks them and applies lines and zo
 
 Per frame: keep detections above `min_confidence` (or their class's `min_score`) that
 pass their class's size and shape filters and lie outside the object masks -> track all
-classes (a stationary object that comes back keeps its track, apps/stationary.py; one
+classes, the boxes of one class group on one object as one (apps/tracking.py; a
+stationary object that comes back keeps its track, apps/stationary.py; one
 that went out across the border is gone; with `tracker.appearance`, by each box's
 colour too, measured on the frame's pixels, apps/appearance.py) ->
 each track's class is its majority vote -> count only the app's classes on lines (those
@@ -30,7 +31,7 @@ from apps.counting import LineCounter, ZoneChange, ZoneMonitor
 from apps.filters import DetectionFilter
 from apps.spec import AppSpec
 from apps.stationary import StationaryKeeper, parked_for_s
-from apps.tracking import Tracker
+from apps.tracking import Tracker, first_of_group
 from core.classes import Classes
 from core.detections import Detections
 from core.events import Event
@@ -121,7 +122,8 @@ class App:
         self.filter = DetectionFilter(spec, self.labels, self.frame_size)
         self.keeper = StationaryKeeper(spec.stationary_s, parked_for_s(spec.stationary_s))
         fps = min(spec.fps, self.stream_fps) if spec.fps else self.stream_fps
-        self.tracker = Tracker(spec.tracker, fps=fps, frame_size=self.frame_size)
+        self.tracker = Tracker(spec.tracker, fps=fps, frame_size=self.frame_size, labels=self.labels)
+        self._same_class = first_of_group(self.tracker.group_of, len(self.labels))
         self.lines, self.zones = [], []
         self._build_parts(spec)
         wanted = spec.classes if spec.classes is not None else list(self.labels)
@@ -267,8 +269,16 @@ class App:
         object back, under its own id."""
         if self.keeper.stationary_s is None or not len(tracked):
             return tracked
-        return tracked.with_tracker_id(self.keeper.app_ids(tracked.tracker_id, tracked.class_id, tracked.xyxy,
-                                                           self.tracks))
+        return tracked.with_tracker_id(self.keeper.app_ids(tracked.tracker_id, self._parked_class(tracked.class_id),
+                                                           tracked.xyxy, self.tracks))
+
+    def _parked_class(self, class_id):
+        """The class a parked object of `class_id` (an id or an [N] array) must come back
+        as: its class group's first, so a parked van seen again as a bus is the van back."""
+        if not len(self._same_class):
+            return class_id
+        known = np.clip(class_id, 0, len(self._same_class) - 1)
+        return np.where(class_id == known, self._same_class[known], class_id)
 
     def _end_stale_tracks(self, t_ms: float, everything: bool = False) -> list[Event]:
         events: list[Event] = []
@@ -281,7 +291,8 @@ class App:
         for tid in gone:
             state = self.tracks[tid]
             if not everything and state.box is not None:  # a stationary object is parked, not ended
-                parked = tid in self.keeper.parked or self.keeper.park(tid, state.box, state.class_id, state.last_ms)
+                parked = tid in self.keeper.parked or \
+                    self.keeper.park(tid, state.box, int(self._parked_class(state.class_id)), state.last_ms)
                 if parked and t_ms - state.last_ms <= self.keeper.park_s * 1000.0:
                     continue
             del self.tracks[tid]

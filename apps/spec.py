@@ -109,6 +109,11 @@ class TrackerOptions(BaseModel):
     height_iou: bool = Field(False, description="ocsort only: match on IoU times the overlap of the boxes' heights "
                                                 "(Hybrid-SORT), so that people overlapping on screen at different "
                                                 "depths are told apart")
+    class_groups: list[Annotated[list[Annotated[str, Field(max_length=64)]], Field(min_length=2, max_length=256)]] = \
+        Field(default_factory=list, max_length=16,
+              description="sets of classes the detector takes one object for in turn (COCO's car, truck and bus): "
+                          "boxes of one set that overlap are one object, tracked as one whatever class each frame "
+                          "gives it, and its class is the one it had most often; sets that share a class are one")
 
     @model_validator(mode="after")
     def _crowd_options_need_ocsort(self) -> TrackerOptions:
@@ -184,6 +189,8 @@ _CROSS_FIELD_RULES = [
                                                             {"type": "null"}]},
                                "masks": {"items": {"properties": {"classes": {"anyOf": [
                                    {"type": "array", "items": {"enum": list(info.labels)}}, {"type": "null"}]}}}},
+                               "tracker": {"properties": {"class_groups": {"items": {
+                                   "items": {"enum": list(info.labels)}}}}},
                                "detector_options": info.options.model_json_schema()}}}
       for name, info in HOST_DETECTORS.items()),
 ]
@@ -306,9 +313,11 @@ class AppSpec(BaseModel):
 
     @property
     def named_classes(self) -> list[str]:
-        """Every class the spec names (classes, filters, masks): each must be a label of its detector."""
+        """Every class the spec names (classes, filters, masks, the tracker's class groups):
+        each must be a label of its detector."""
         named = list(self.classes or []) + [c for c in self.filters if c != EVERY_CLASS]
         named += [c for m in self.masks for c in m.classes or []] + list(self.loiter_classes or [])
+        named += [c for group in self.tracker.class_groups for c in group]
         return list(dict.fromkeys(named))
 
 

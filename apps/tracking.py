@@ -3,7 +3,12 @@ algorithm of Roboflow's `trackers` with every filter in one array) or ByteTrack 
 `trackers`, chosen per app (`tracker.kind` in its spec).
 
 Tracking is class-agnostic; a track's class is the majority vote of the classes its
-detections had, which steadies a detector that wavers between classes. Each frame goes
+detections had, which steadies a detector that wavers between classes. Such a
+detector also gives one object two boxes at once, one per class (its non-maximum
+suppression is class by class: a van is a truck and a bus on one frame), and two boxes
+make two tracks. So boxes of classes in one of the spec's `class_groups` (COCO's
+car, truck and bus) that overlap by `DUPLICATE_IOU` are one object: the strongest box
+goes to the tracker and votes for its class, the others are dropped. Each frame goes
 to the tracker with its stream time, so a lost track is kept `lost_track_s` of stream
 time whatever the app's sampled rate and however many frames were skipped or dropped.
 
@@ -33,6 +38,38 @@ from apps.appearance import looks
 from apps.ocsort import OCSort
 from apps.spec import TrackerOptions
 from core.detections import Detections
+
+# two boxes of one class group overlapping this much are one object seen as two classes;
+# two objects side by side (parked cars, a bus behind a car) overlap less than this
+DUPLICATE_IOU = 0.7
+
+
+def one_box_per_object(detections: Detections, group_of: np.ndarray) -> np.ndarray:
+    """[N] bool: the boxes to keep, the strongest of each set of boxes of one class
+    group that overlap by DUPLICATE_IOU or more, greedily by confidence as NMS does.
+    `group_of` [num_labels]: each class id's group, -1 for a class in none (never merged)."""
+    n = len(detections)
+    keep = np.ones(n, bool)
+    if n < 2:
+        return keep
+    cid = detections.class_id
+    known = (cid >= 0) & (cid < len(group_of))
+    group = np.where(known, group_of[np.where(known, cid, 0)] if len(group_of) else -1, -1)  # [N]
+    xyxy = detections.xyxy.astype(np.float64)
+    area = (xyxy[:, 2] - xyxy[:, 0]) * (xyxy[:, 3] - xyxy[:, 1])
+    for i in np.argsort(-detections.confidence, kind="stable"):
+        if not keep[i] or group[i] < 0:
+            continue
+        rivals = np.flatnonzero(keep & (group == group[i]))
+        rivals = rivals[rivals != i]
+        if not len(rivals):
+            continue
+        w = np.clip(np.minimum(xyxy[rivals, 2], xyxy[i, 2]) - np.maximum(xyxy[rivals, 0], xyxy[i, 0]), 0, None)
+        h = np.clip(np.minimum(xyxy[rivals, 3], xyxy[i, 3]) - np.maximum(xyxy[rivals, 1], xyxy[i, 1]), 0, None)
+        inter = w * h
+        iou = inter / np.maximum(area[rivals] + area[i] - inter, 1e-9)
+        keep[rivals[iou >= DUPLICATE_IOU]] = False
+    return keep
 
 
 class _ByteTrack:
@@ -69,16 +106,41 @@ def _build(options: TrackerOptions, fps: float) -> OCSort | _ByteTrack:
                       minimum_consecutive_frames=options.min_hits, **common)
 
 
+def group_of_class(groups: list[list[str]], labels: tuple[str, ...]) -> np.ndarray:
+    """[len(labels)] each class id's group, -1 for a class in none; groups that share a
+    class are one. A name that is not a label is left out (the spec's check names it)."""
+    group_of = np.full(len(labels), -1, np.int64)
+    for k, group in enumerate(groups):
+        ids = [labels.index(c) for c in group if c in labels]
+        group_of[np.isin(group_of, group_of[ids][group_of[ids] >= 0])] = k  # an earlier group sharing one joins
+        group_of[ids] = k
+    return group_of
+
+
+def first_of_group(group_of: np.ndarray | None, num_labels: int) -> np.ndarray:
+    """[num_labels] each class id's group's first class id (its own, in no group): the
+    class an object of that class is the same object back as (apps/stationary.py)."""
+    first = np.arange(num_labels, dtype=np.int64)
+    if group_of is not None:
+        for g in set(group_of[group_of >= 0].tolist()):
+            members = np.flatnonzero(group_of == g)
+            first[members] = members[0]
+    return first
+
+
 class Tracker:
-    def __init__(self, options: TrackerOptions, fps: float, frame_size: tuple[int, int] | None = None) -> None:
+    def __init__(self, options: TrackerOptions, fps: float, frame_size: tuple[int, int] | None = None,
+                 labels: tuple[str, ...] = ()) -> None:
         """`frame_size` (width, height): with it, matching by colour learns nothing from
         boxes the frame's border may cut and trusts their colour less; a track begun
-        from one has no colour until a clear box (`apps/appearance.py`)."""
+        from one has no colour until a clear box (`apps/appearance.py`). `labels`: the
+        detector's class names, which `options.class_groups` name."""
         if fps <= 0:
             raise ValueError(f"fps must be > 0; was {fps}")
         self._tracker = _build(options, fps)
         self.frame_size = frame_size
         self.by_colour = options.appearance is not None
+        self.group_of = group_of_class(options.class_groups, labels) if options.class_groups else None
         self._votes: dict[int, Counter] = {}
 
     def update(self, detections: Detections, t_ms: float, colour: np.ndarray | None = None) -> Detections:
@@ -86,6 +148,11 @@ class Tracker:
         and `class_id` replaced by each track's majority class. `t_ms`: the frame's
         stream time, rising from call to call; `colour`: each box's (`colours`), needed
         when the tracker matches by colour."""
+        if self.group_of is not None:
+            keep = one_box_per_object(detections, self.group_of)
+            if not keep.all():
+                detections = detections[keep]
+                colour = colour[keep] if colour is not None and len(colour) == len(keep) else colour
         if self.by_colour:
             if colour is None or len(colour) != len(detections):
                 raise ValueError(f"tracker.appearance matches by colour: update needs a colour for each of the "

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, TextIO
 
-from apps.annotate import draw_app
+from apps.annotate import draw_overlays, overlay
 from apps.app import FrameResult
 from apps.spec import AppSpec
 from core.clock import monotonic_ms
@@ -225,11 +225,13 @@ def _annotate(block: FrameBlock, runners: list[AppRunner], per_frame: dict[str, 
               last_seen: dict[str, Detections], writer: VideoWriter) -> None:
     for i, frame_id in enumerate(block.frame_ids.tolist()):
         img = block.pixels[i].copy()
+        drawn = []
         for k, r in enumerate(runners):
             result = per_frame.get(r.app.name, {}).get(frame_id)
             if result is not None:
                 last_seen[r.app.name] = result.tracked
-            draw_app(img, r.app, last_seen[r.app.name], k)
+            drawn.append((overlay(r.app, last_seen[r.app.name]), k))
+        draw_overlays(img, drawn)  # every app's labels placed together, none over another
         writer.write(img)
 
 

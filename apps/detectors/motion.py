@@ -1,14 +1,19 @@
 """Moving-blob detection by background subtraction.
 
-The background model adapts, so a gradual lighting change is absorbed and an object
-that stops for long enough fades into the background (`learn_foreground` sets how
-long). Shadows are detected and dropped. Blobs have no class ("motion"); for classes use
-a trained model. Motion masks are polygons where nothing counts as moving (trees in the
-wind, a clock burnt into the picture): masked pixels never join a blob.
+The background model adapts, so a gradual lighting change is absorbed. What moves
+differs from the recent scene (the frames' running mean over about `still_s`); a
+foreground pixel that matches it is not moving, whatever it is (a ghost where someone
+stood while the model began, sunlight spreading over the ground, a stopped object): it
+is taken into the background at once, so a region stays the size of what moves instead
+of growing for the minute `learn_foreground` takes. Shadows are detected and dropped.
+Blobs have no class ("motion"); for classes use a trained model. Motion masks are
+polygons where nothing counts as moving (trees in the wind, a clock burnt into the
+picture): masked pixels never join a blob.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Annotated
 
 import cv2
@@ -33,8 +38,12 @@ class MotionOptions(BaseModel):
                                                                  "ghosts fade")
     learn_background: float = Field(0.05, gt=0, lt=1, description="update rate where the scene looks like "
                                                                    "background")
-    learn_foreground: float = Field(0.004, gt=0, lt=1, description="where it does not: a stopped object fades "
-                                                                    "in ~1/rate frames")
+    learn_foreground: float = Field(0.004, gt=0, lt=1, description="where it does not: slower, so that a walker "
+                                                                    "who pauses stays visible")
+    still_s: float = Field(2.0, gt=0, le=3600, description="time constant, in seconds of stream time, of the "
+                                                             "recent scene (the frames' running mean): a "
+                                                             "foreground pixel within `threshold` of it has not "
+                                                             "moved for about this long, and is background")
     min_area: float = Field(0.0006, gt=0, lt=1, description="smallest blob, as a fraction of the frame")
     open_px: json_int(ge=1, le=64) = Field(3, description="morphological opening (removes noise specks)")
     close_px: json_int(ge=1, le=64) = Field(7, description="morphological closing (joins a figure's limbs into "
@@ -56,22 +65,28 @@ class MotionOptions(BaseModel):
 
 
 class BackgroundModel:
-    """Running-average background with global gain compensation and selective update.
+    """Running-average background with global gain compensation, selective update and
+    still foreground let go.
 
     Why not MOG2: MOG2 learns every pixel at one rate, so it either follows lighting
-    (and swallows a car waiting at a crossing within seconds) or keeps stopped objects
-    (and drowns in a lighting drift). Dividing out the global gain first lets the
-    background learn slowly, and learning foreground pixels slower still keeps waiting
-    objects visible while a real scene change is still absorbed in the end.
+    (and swallows a walker who slows down) or keeps what it learnt wrong for long (and
+    drowns in a lighting drift). Dividing out the global gain first lets the background
+    learn slowly, and learning foreground pixels slower still keeps a pausing walker
+    visible. What that slow rate would keep for a minute (a ghost, a patch of light, an
+    object that stopped) is not moving: it matches the recent scene, and is taken into
+    the background at once.
     """
 
     def __init__(self, options: MotionOptions) -> None:
         self.options = options
         self.background: np.ndarray | None = None  # [H, W, 3] float32
+        self.recent: np.ndarray | None = None  # [H, W, 3] float32: the frames' running mean over ~still_s
+        self.recent_ms = 0.0  # the stream time of the last frame in it
         self.num_frames = 0
 
-    def apply(self, image: np.ndarray) -> np.ndarray:
-        """Foreground mask [H, W] uint8 (255 = foreground), shadows excluded."""
+    def apply(self, image: np.ndarray, t_ms: float) -> np.ndarray:
+        """Foreground mask [H, W] uint8 (255 = foreground), shadows and still pixels
+        excluded; `t_ms`: the frame's stream time, rising from call to call."""
         o = self.options
         frame = image.astype(np.float32)
         if self.background is None:
@@ -88,14 +103,30 @@ class BackgroundModel:
         hi, lo = _channel_max(ratio), _channel_min(ratio)
         shadow = (hi < 0.92) & (lo > 0.45) & (hi - lo < 0.12)
         fg = (diff > o.threshold) & ~shadow
+        still = self._still(frame, fg, t_ms)
         if self.num_frames < o.warmup_frames:
             rate = np.full(fg.shape, max(1.0 / (self.num_frames + 1), o.learn_background), np.float32)
         else:
             rate = np.where(fg, np.float32(o.learn_foreground), np.float32(o.learn_background))
+        rate[still] = 1.0
+        fg &= ~still
         delta *= rate[..., None]
         bg += delta
         self.num_frames += 1
         return fg.view(np.uint8) * np.uint8(255)
+
+    def _still(self, frame: np.ndarray, fg: np.ndarray, t_ms: float) -> np.ndarray:
+        """[H, W] bool: the foreground pixels within `threshold` of the recent scene, the
+        frames' running mean with a time constant of `still_s` (`frame`: gain-compensated).
+        What moves differs from that mean; what has stood still a while (or was never
+        there: the background learnt it wrongly) matches it. One passer-by leaves only
+        a trace in the mean, so a ghost on a path people keep walking is still let go."""
+        if self.recent is None or self.recent.shape != frame.shape:
+            self.recent, self.recent_ms = frame.copy(), t_ms
+        elapsed_s = max(0.0, t_ms - self.recent_ms) / 1000.0
+        self.recent += np.float32(1.0 - math.exp(-elapsed_s / self.options.still_s)) * (frame - self.recent)
+        self.recent_ms = t_ms
+        return fg & (_channel_max(np.abs(frame - self.recent)) <= self.options.threshold)
 
 
 # numpy reduces a last axis of three slowly, a strided loop per pixel; two elementwise
@@ -132,10 +163,10 @@ class MotionDetector:
         return self._ignored
 
     def detect(self, block: FrameBlock) -> list[Detections]:
-        return [self._detect_one(image) for image in block.pixels]
+        return [self._detect_one(image, float(t_ms)) for image, t_ms in zip(block.pixels, block.pts_ms)]
 
-    def _detect_one(self, image: np.ndarray) -> Detections:
-        fg = self._background.apply(image)
+    def _detect_one(self, image: np.ndarray, t_ms: float) -> Detections:
+        fg = self._background.apply(image, t_ms)
         ignored = self.ignored(*fg.shape)
         if ignored is not None:
             fg[ignored] = 0

@@ -1,17 +1,21 @@
+from pathlib import Path
+
 import pytest
 
 from apps.spec import SpecError, builtin_names, load_spec, parse_spec
+from runtime.offline import REAL_APPS
 from sample_videos.preset import STREET
 
+ROOT = Path(__file__).resolve().parents[2]
 VALID = {"name": "cam-1", "detector": "motion", "slo_ms": 500}
 
 
 def test_builtins_load_and_the_ranges_match_the_street_preset():
     assert {"people-counter", "vehicle-counter", "people-counter-scenedet", "vehicle-counter-scenedet",
             "motion"} <= set(builtin_names())
-    for name in ("people-counter", "vehicle-counter"):  # for real cameras: no geometry of the range's
+    for name in REAL_APPS:  # for real cameras, any of them: no geometry of the range's street
         spec = load_spec(name)
-        assert spec.detector == "coco" and not spec.lines and not spec.zones
+        assert spec.detector in ("coco", "motion") and not spec.lines and not spec.zones, name
     assert set(load_spec("vehicle-counter").classes) == {"car", "truck", "bus", "motorcycle", "bicycle"}
     for name in ("people-counter-scenedet", "vehicle-counter-scenedet"):
         spec = load_spec(name)
@@ -20,6 +24,12 @@ def test_builtins_load_and_the_ranges_match_the_street_preset():
             assert points == STREET.lines[line], f"{name}: line {line} drifted from the preset"
         for zone, polygon in spec.zones.items():
             assert tuple(tuple(p) for p in polygon) == STREET.zones[zone], f"{name}: zone {zone} drifted"
+
+
+def test_the_demos_people_counter_is_the_builtin_with_a_line_across_vtests_walkway():
+    demo = load_spec(str(ROOT / "configs/apps/vtest-people-counter.yaml"))
+    assert demo.model_copy(update={"lines": {}}) == load_spec("people-counter")
+    assert list(demo.lines) == ["walkway"]
 
 
 @pytest.mark.parametrize("patch, fragment", [
@@ -44,6 +54,8 @@ def test_builtins_load_and_the_ranges_match_the_street_preset():
     ({"tracker": {"appearance": {"gate": 0}}}, "tracker.appearance.gate: Input should be greater than 0"),
     ({"tracker": {"kind": "bytetrack", "height_iou": True}},
      "tracker.height_iou needs kind: ocsort; kind is bytetrack"),
+    ({"tracker": {"class_groups": [["motion", "car"]]}}, "classes: 'car' is not produced by detector 'motion'"),
+    ({"tracker": {"class_groups": [["motion"]]}}, "tracker.class_groups.0: List should have at least 2 items"),
 ])
 def test_bad_fields_are_named_with_the_value(patch, fragment):
     with pytest.raises(SpecError) as info:

@@ -107,3 +107,25 @@ def test_a_parked_car_unseen_when_the_stream_ends_stays_in_its_zone_to_the_end()
     events = run(app, parked_with_dropouts())
     exits = [e for e in events if e.type == "zone_exit"]
     assert [(e.data["left_ms"], e.data["dwell_ms"]) for e in exits] == [(29_900.0, 29_800.0)]
+
+
+def test_a_parked_vehicle_that_comes_back_as_another_class_of_its_group_is_the_same_track():
+    """The van is a truck until its detections drop out, and a bus when they come back:
+    with car, truck and bus in one class group it is the van back, not a new vehicle."""
+    labels = ("person", "car", "truck", "bus")
+    van = box_at(60, 50, 30, 16)
+
+    def starts(class_groups: list) -> int:
+        spec = parse_spec({"name": "t", "detector": "coco", "classes": ["car", "truck", "bus"], "stationary_s": 2.0,
+                           "tracker": {"min_hits": 2, "lost_track_s": 0.5, "class_groups": class_groups}})
+        app = App(spec, "cam", (200, 100), FPS, labels)
+        block = make_block(num_frames=80, fps=FPS, size=(200, 100))
+        events = []
+        for i in range(80):  # a truck for 4 s, nothing for 2 s, a bus for 2 s
+            seen = [] if 40 <= i < 60 else [van]
+            dets = make_detections(seen, [2 if i < 40 else 3] * len(seen))
+            events += app.observe(block.select(np.arange(80) == i), [dets])[0]
+        return [e.type for e in events + app.finish()].count("track_start")
+
+    assert starts([]) == 2
+    assert starts([["car", "truck", "bus"]]) == 1

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from apps.spec import TrackerOptions
-from apps.tracking import Tracker
+from apps.tracking import Tracker, group_of_class, one_box_per_object
 from core.detections import Detections
 from factories import box_at, make_detections
 
@@ -108,3 +108,54 @@ def test_each_boxs_extras_come_back_with_it_from_the_tracker(kind):
         out = tracker.update(Detections(given.xyxy, given.confidence, given.class_id, data={"x": xs}), i * 100.0)
     assert len(out) == 3
     np.testing.assert_allclose(out.data["x"], out.centers[:, 0], atol=1e-3)
+
+
+VEHICLES = ("person", "bicycle", "car", "truck", "bus")
+PERSON, BICYCLE, CAR, TRUCK, BUS = range(5)
+
+
+@pytest.mark.parametrize("boxes, classes, scores, kept", [
+    # one van seen as a truck and a bus at once: the stronger box stays
+    ([[0, 0, 80, 50], [1, 1, 81, 52]], [TRUCK, BUS], [0.39, 0.56], [False, True]),
+    # two parked cars side by side, overlapping a little: two objects
+    ([[0, 0, 80, 50], [50, 0, 130, 50]], [CAR, TRUCK], [0.9, 0.8], [True, True]),
+    # a person on a bicycle: classes in no group are never merged
+    ([[0, 0, 30, 60], [0, 5, 30, 60]], [PERSON, BICYCLE], [0.9, 0.8], [True, True]),
+    # a third box on the van is dropped too, whatever its class in the group
+    ([[0, 0, 80, 50], [1, 1, 81, 52], [0, 1, 80, 51]], [CAR, TRUCK, BUS], [0.5, 0.6, 0.4], [False, True, False]),
+    # an id past the labels (a model's extra output) is in no group
+    ([[0, 0, 80, 50], [1, 1, 81, 52]], [TRUCK, 99], [0.5, 0.6], [True, True]),
+])
+def test_boxes_of_one_class_group_on_one_object_are_one(boxes, classes, scores, kept):
+    group_of = group_of_class([["car", "truck", "bus"]], VEHICLES)
+    found = one_box_per_object(make_detections(boxes, classes, scores), group_of)
+    assert found.tolist() == kept
+
+
+def test_class_groups_that_share_a_class_are_one():
+    group_of = group_of_class([["car", "truck"], ["bus", "truck"], ["person", "nope"]], VEHICLES)
+    assert group_of[CAR] == group_of[TRUCK] == group_of[BUS] >= 0
+    assert group_of[BICYCLE] == -1 and group_of[PERSON] not in (-1, group_of[CAR])
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_vehicle_seen_as_two_classes_at_once_is_one_track_of_its_majority_class(kind):
+    """A parked van the detector calls a truck on most frames and a bus on some, and on
+    every other three frames a bus too, beside the truck (as COCO's does: its NMS is per
+    class). Without class groups the second box makes a second track on the van."""
+    van, beside = [300.0, 40.0, 380.0, 100.0], [299.0, 41.0, 381.0, 102.0]
+    frames = []
+    for i in range(30):
+        boxes, classes, scores = [van], [BUS if i % 5 == 4 else TRUCK], [0.55]
+        if (i // 3) % 2 == 0:
+            boxes, classes, scores = boxes + [beside], classes + [BUS], scores + [0.42]
+        frames.append(make_detections(boxes, classes, scores))
+
+    def tracks(options: TrackerOptions) -> tuple[set[int], set[int]]:
+        tracker = Tracker(options, fps=5.0, labels=VEHICLES)
+        out = [tracker.update(d, i * 200.0) for i, d in enumerate(frames)]
+        return {int(t) for d in out for t in d.tracker_id}, {int(c) for d in out for c in d.class_id}
+
+    assert len(tracks(TrackerOptions(kind=kind, min_hits=2))[0]) == 2
+    ids, classes = tracks(TrackerOptions(kind=kind, min_hits=2, class_groups=[["car", "truck", "bus"]]))
+    assert len(ids) == 1 and classes == {TRUCK}
