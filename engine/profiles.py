@@ -27,6 +27,8 @@ from typing import Callable
 
 import numpy as np
 
+from engine.machine_load import OthersLoad
+
 EFFICIENT_TOLERANCE = 0.03  # sizes this close to the best items/s (above the rounds' own spread) count as as good
 
 
@@ -37,6 +39,9 @@ class Profile:
     batch_sizes: tuple[int, ...]
     mean_ms: tuple[float, ...]
     std_ms: tuple[float, ...]
+    # cores' worth of CPU that other processes took while it was measured
+    # (engine/machine_load.py); None where that is not known
+    others_cores: float | None = None
 
     def __post_init__(self) -> None:
         if not self.batch_sizes or list(self.batch_sizes) != sorted(set(self.batch_sizes)):
@@ -108,17 +113,21 @@ class Profile:
     def scaled(self, factor: float) -> "Profile":
         """The same profile with every latency multiplied: what the device gives now."""
         return Profile(self.fragment_hash, self.device_key, self.batch_sizes,
-                       tuple(m * factor for m in self.mean_ms), tuple(s * factor for s in self.std_ms))
+                       tuple(m * factor for m in self.mean_ms), tuple(s * factor for s in self.std_ms),
+                       self.others_cores)
 
     def to_dict(self) -> dict:
-        return {"fragment_hash": self.fragment_hash, "device_key": self.device_key,
-                "batch_sizes": list(self.batch_sizes), "mean_ms": [round(v, 4) for v in self.mean_ms],
-                "std_ms": [round(v, 4) for v in self.std_ms]}
+        out = {"fragment_hash": self.fragment_hash, "device_key": self.device_key,
+               "batch_sizes": list(self.batch_sizes), "mean_ms": [round(v, 4) for v in self.mean_ms],
+               "std_ms": [round(v, 4) for v in self.std_ms]}
+        if self.others_cores is not None:
+            out["others_cores"] = round(self.others_cores, 2)
+        return out
 
     @classmethod
     def from_dict(cls, d: dict) -> "Profile":
         return cls(d["fragment_hash"], d["device_key"], tuple(d["batch_sizes"]), tuple(d["mean_ms"]),
-                   tuple(d["std_ms"]))
+                   tuple(d["std_ms"]), d.get("others_cores"))
 
 
 def cpu_model(cpuinfo: str | None = None) -> str:
@@ -156,7 +165,23 @@ def measure(run_batch: Callable[[int], None], batch_sizes: tuple[int, ...], frag
     once, after `warmup` untimed rounds. A slow spell of the machine (another process,
     a busy neighbour on the host) then falls on every size alike instead of on the
     sizes timed during it, so the sizes compare fairly, which the efficient batch
-    depends on; the median over rounds drops a spell shorter than half of them."""
+    depends on; the median over rounds drops a spell shorter than half of them. The
+    profile keeps what other processes took of the machine meanwhile (`others_cores`):
+    a longer spell slows every size, and whoever plans with it can say so."""
+    with OthersLoad() as others:
+        times = _timed(run_batch, batch_sizes, warmup, repeats, synchronize, timer)
+    means = [float(np.median(times[b])) for b in batch_sizes]
+    stds = [float(np.std(times[b])) for b in batch_sizes]
+    # A bigger batch never takes less time; a dip is noise, and planning on it would
+    # overfill batches.
+    means = np.maximum.accumulate(means).tolist()
+    return Profile(fragment_hash, dev_key, tuple(batch_sizes), tuple(means), tuple(stds),
+                   None if others.cores is None else round(others.cores, 2))
+
+
+def _timed(run_batch: Callable[[int], None], batch_sizes: tuple[int, ...], warmup: int, repeats: int,
+           synchronize: Callable[[], None], timer: Callable[[], float]) -> dict[int, list[float]]:
+    """Each size's latencies (ms), one a round, after the warm-up rounds."""
     for _ in range(warmup):
         for b in batch_sizes:
             run_batch(b)
@@ -168,12 +193,7 @@ def measure(run_batch: Callable[[int], None], batch_sizes: tuple[int, ...], frag
             run_batch(b)
             synchronize()
             times[b].append((timer() - t0) * 1000.0)
-    means = [float(np.median(times[b])) for b in batch_sizes]
-    stds = [float(np.std(times[b])) for b in batch_sizes]
-    # A bigger batch never takes less time; a dip is noise, and planning on it would
-    # overfill batches.
-    means = np.maximum.accumulate(means).tolist()
-    return Profile(fragment_hash, dev_key, tuple(batch_sizes), tuple(means), tuple(stds))
+    return times
 
 
 @dataclass

@@ -14,7 +14,10 @@ against each app's SLO is still measured. `realtime` paces the file at its frame
 and lets the engine drop late frames, as on a live stream.
 
 Latency and SLO attainment in the summary come from the engine's metrics (host
-detectors report into the same metrics).
+detectors report into the same metrics). They depend on the machine: what other
+processes took of it during the run, and while each model was profiled, is in the
+summary, and where an app fell short of its SLO the summary says why in words
+(runtime/busy_machine.py).
 """
 
 from __future__ import annotations
@@ -37,7 +40,9 @@ from core.frames import FrameBlock
 from engine.device import resolve_device
 from engine.engine import Engine
 from engine.lanes import MAX_LANES
+from engine.machine_load import others_cores, reading
 from models.repository import MODELS_DIR, ModelRepository
+from runtime.busy_machine import BusyProfile, machine_cores, notes
 from runtime.event_clips import FileClips
 from runtime.pipeline import (AppRunner, BlockPipeline, InFlight, RunError, build_runners, crowd_warning, observe_block,
                               submit_block)
@@ -146,6 +151,7 @@ def run_offline(source: str, specs: list[AppSpec], options: RunOptions,
             progress.update(len(done.block))
 
         pipeline: BlockPipeline[InFlight] = BlockPipeline(complete)
+        load_before = reading()  # and after: what other processes took of the machine while it ran
         try:
             for block in cut_blocks(_limited(src.frames(), options.max_frames), options.block_frames):
                 frames_decoded += len(block)
@@ -155,14 +161,16 @@ def run_offline(source: str, specs: list[AppSpec], options: RunOptions,
         finally:
             src.close()
             pipeline.drain()
+            others = others_cores(load_before, reading())
             for r in runners:
                 emit(r.app.finish(), None)
             if writer:
                 writer.close()
             progress.close()
+            profiled = _profiled_busy(runners, engine)
             engine.close()
     summary = _summary(info, device, options, runners, engine, warnings, frames_decoded,
-                       time.perf_counter() - started, error)
+                       time.perf_counter() - started, error, others, profiled)
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     return summary
 
@@ -189,9 +197,14 @@ def _domain_warnings(runners: list[AppRunner]) -> dict[str, dict[str, str]]:
 
 
 def _summary(info: SourceInfo, device: str, options: RunOptions, runners: list[AppRunner], engine: Engine,
-             warnings: dict[str, dict[str, str]], frames_decoded: int, wall_s: float, error: str | None) -> dict:
-    """summary.json: the run, each app's counts and metrics, and where the outputs are."""
+             warnings: dict[str, dict[str, str]], frames_decoded: int, wall_s: float, error: str | None,
+             others: float | None, profiled: list[BusyProfile]) -> dict:
+    """summary.json: the run, each app's counts and metrics, the machine's load (what other
+    processes took of it during the run, and while each model was profiled) with notes
+    on what it did to latency, and where the outputs are."""
     out = options.out_dir
+    apps = {r.app.name: {**_app_summary(r, engine), "warnings": list(warnings.get(r.app.name, {}).values())}
+            for r in runners}
     return {
         "source": info.url,
         "device": device,
@@ -201,9 +214,11 @@ def _summary(info: SourceInfo, device: str, options: RunOptions, runners: list[A
         "wall_s": round(wall_s, 3),
         "fps": round(frames_decoded / wall_s, 2) if wall_s > 0 else 0.0,
         "video": {"width": info.width, "height": info.height, "fps": info.fps},
-        "apps": {r.app.name: {**_app_summary(r, engine), "warnings": list(warnings.get(r.app.name, {}).values())}
-                 for r in runners},
+        "apps": apps,
         "batch_sizes": engine.metrics.batch_histograms(),
+        "machine": {"cores": machine_cores(), "others_cores": None if others is None else round(others, 2),
+                    "profiled_others_cores": {p.model: p.others_cores for p in profiled}},
+        "notes": notes(apps, profiled, others, machine_cores(), options.realtime),
         "outputs": {"summary": str(out / "summary.json"), "events": str(out / "events.jsonl"),
                     "video": str(out / "annotated.mp4") if options.video else None,
                     "detections": str(out / "detections.jsonl") if options.detections else None,
@@ -211,6 +226,24 @@ def _summary(info: SourceInfo, device: str, options: RunOptions, runners: list[A
                     "clips": str(out / "clips") if options.clips else None},
         "error": error,
     }
+
+
+def _profiled_busy(runners: list[AppRunner], engine: Engine) -> list[BusyProfile]:
+    """Each model the apps ran, once, with what other processes took while its profiles
+    were measured (the most over its fragments); those not known are left out."""
+    found: dict[str, float] = {}
+    for r in runners:
+        spec = r.app.spec
+        if spec.host_detector or spec.detector in found:
+            continue
+        try:
+            cores = [p.others_cores for p in engine.fragment_profiles(spec.detector, spec.model_version)
+                     if p.others_cores is not None]
+        except LookupError:  # no version of it loaded
+            continue
+        if cores:
+            found[spec.detector] = max(cores)
+    return [BusyProfile(model, cores) for model, cores in found.items()]
 
 
 def _app_summary(runner: AppRunner, engine: Engine) -> dict:

@@ -15,6 +15,7 @@ import pytest
 from test_run import count_errors
 
 from apps.spec import load_spec
+from runtime.busy_machine import SLO_GOAL
 from runtime.offline import RunOptions, run_offline
 from support.clips import BUNDLED, load_truth
 
@@ -52,6 +53,11 @@ def test_events_do_not_depend_on_how_busy_the_machine_is(tmp_path):
     assert events[0], "the clip has events"
     assert events[0] == events[1]
     assert loaded["wall_s"] > idle["wall_s"]  # the load was real
+    # and the loaded run says so: what others took, and, for an app short of its SLO, why in words
+    assert loaded["machine"]["others_cores"] >= 1.0
+    for name, app in loaded["apps"].items():
+        if app["slo_attainment"] < SLO_GOAL:
+            assert any(name in n["apps"] and n["text"].startswith("Other processes took") for n in loaded["notes"])
 
 
 @pytest.mark.slow

@@ -82,3 +82,24 @@ def test_a_cpu_profile_is_keyed_by_the_cpu_model_not_only_the_architecture():
     assert "Xeon" in cpu_model(xeon) and "EPYC" in cpu_model(epyc) and cpu_model(xeon) != cpu_model(epyc)
     assert cpu_model("") == (platform.processor() or platform.machine())  # no /proc/cpuinfo
     assert cpu_model().replace(" ", "_").replace("/", "_") in device_key("cpu", 1)
+
+
+def test_a_profile_keeps_what_others_took_of_the_machine_while_it_was_measured(monkeypatch):
+    """Whoever plans with it can say it was measured on a busy machine; the store keeps it."""
+
+    class Busy:
+        cores = None
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.cores = 1.234
+
+    monkeypatch.setattr("engine.profiles.OthersLoad", Busy)
+    dev = Device()
+    p = measure(dev.run, (1, 2), "h", "cpu", timer=dev.timer)
+    assert p.others_cores == 1.23
+    assert Profile.from_dict(p.to_dict()).others_cores == 1.23 and p.scaled(2.0).others_cores == 1.23
+    older = {k: v for k, v in p.to_dict().items() if k != "others_cores"}  # stored before it was kept
+    assert Profile.from_dict(older).others_cores is None
