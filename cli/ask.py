@@ -7,21 +7,19 @@ import json
 import sys
 from pathlib import Path
 
-from cli.connection import API_KEY_HELP, URL_HELP, api_key, server_url
+from cli.connection import connection, connection_flags
 from vigil.settings import ANSWERER, MODELS_DIR
 
 
 def add_parser(sub) -> None:
     """`vigil ask QUESTION [--source CLIP | --url URL]`."""
-    ask = sub.add_parser("ask", help="ask what the cameras saw",
+    ask = sub.add_parser("ask", help="ask what the cameras saw", parents=[connection_flags()],
                          description="Answer a question about a stream (from a running server) or a clip "
                                      "(offline: the clip is run through the default apps first, once).")
     ask.add_argument("question", help='e.g. "how many cars crossed midblock between 0:05 and 0:20?"')
     ask.add_argument("--source", help="a clip to ask about offline (instead of a server)")
     ask.add_argument("--out", type=Path, default=Path("vigil-out"), help="where offline runs are kept")
     ask.add_argument("--stream", help="server: only this stream")
-    ask.add_argument("--url", dest="server", help=URL_HELP)
-    ask.add_argument("--api-key", help=API_KEY_HELP)
     ask.add_argument("--llm", default=ANSWERER, metavar="NAME",
                      help=f"offline: the LLM of the model repository that answers (default: {ANSWERER})")
     ask.add_argument("--models", type=Path, default=MODELS_DIR, metavar="DIR", help="model repository")
@@ -34,11 +32,13 @@ def _ask(args: argparse.Namespace) -> int:
     """`vigil ask`: a question to a running server, or offline about a clip."""
     if args.source is None:
         from vigil.client import ApiError, RestClient
+        from vigil.settings import SettingsError
 
-        client = RestClient(server_url(args), api_key(args))
         try:
+            server = connection(args)
+            client = RestClient(server.url, server.api_key)
             out = client.call("POST", "/v1/ask", {"question": args.question, "stream": args.stream})
-        except ApiError as exc:
+        except (ApiError, SettingsError) as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 1
     else:

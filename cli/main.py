@@ -8,11 +8,13 @@ import os
 import sys
 
 from cli import ask, evaluate, remote, run, serve
+from cli.connection import add_global_flags
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="vigil", description="Vigil: serving platform for video analytics.")
     parser.add_argument("--version", action="version", version=f"vigil {_version()}")
+    add_global_flags(parser)  # the remote commands' server and key, before the command or after it
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     run.add_parser(sub)
     evaluate.add_parser(sub)

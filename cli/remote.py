@@ -1,5 +1,7 @@
 """`vigil streams|apps|models|events ...`: the REST API from the command line, one request
-per action (`vigil models check` and `fetch` run here, with no server)."""
+per action (`vigil models check` and `fetch` run here, with no server). Lists and an
+app's metrics print for a person (cli/tables.py), with `--json` for scripts; the other
+actions print the API's JSON."""
 
 from __future__ import annotations
 
@@ -8,18 +10,19 @@ import json
 import sys
 from pathlib import Path
 
-from apps.spec import LIVE_FIELDS, load_spec
+from apps.spec import LIVE_FIELDS, SpecError, builtin_names, load_spec
 from cli import model_files
-from cli.connection import API_KEY_HELP, URL_HELP, api_key, server_url
+from cli.connection import connection, connection_flags
+from cli.tables import VIEWS
 from streams.urls import scheme_of
+
+JSON_HELP = "print the API's whole answer as JSON (for scripts)"
 
 
 def add_parsers(sub) -> None:
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--url", dest="server", help=URL_HELP)
-    common.add_argument("--api-key", help=API_KEY_HELP)
+    common = connection_flags()
     s = _group(sub, common, "streams", "list, add and delete streams")
-    s.add_parser("list", help="all streams")
+    _listing(s.add_parser("list", help="all streams: a table (--json: every field)"))
     s.add_parser("get", help="one stream").add_argument("name")
     add = s.add_parser("add", help="add a stream")
     add.add_argument("name")
@@ -28,20 +31,23 @@ def add_parsers(sub) -> None:
     s.add_parser("delete", help="delete a stream").add_argument("name")
 
     a = _group(sub, common, "apps", "list, add, change and delete camera apps")
-    a.add_parser("list", help="all apps")
+    _listing(a.add_parser("list", help="all apps: a table (--json: every field)"))
     a.add_parser("get", help="one app").add_argument("name")
-    add = a.add_parser("add", help="add an app from a spec file or a built-in name")
-    add.add_argument("spec", help="YAML/JSON spec file or built-in app name")
+    add = a.add_parser("add", help="add an app from a spec file or a built-in name", epilog=builtin_apps_text(),
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    add.add_argument("spec", help="YAML/JSON spec file or built-in app name (below)")
     add.add_argument("--source", help="stream the app watches (overrides the spec's source)")
     add.add_argument("--name", help="app name (overrides the spec's name)")
     patch = a.add_parser("patch", help=f"change live fields ({', '.join(LIVE_FIELDS)})")
     patch.add_argument("name")
     patch.add_argument("changes", help='JSON, e.g. \'{"slo_ms": 500}\'')
     a.add_parser("delete", help="delete an app").add_argument("name")
-    a.add_parser("metrics", help="an app's SLO metrics").add_argument("name")
+    _listing(a.add_parser("metrics", help="an app's SLO metrics and counts, in words (--json: the API's)"))\
+        .add_argument("name")
 
     m = _group(sub, common, "models", "list, load, unload, reload and label models")
-    m.add_parser("list", help="all models")
+    _listing(m.add_parser("list", help="all models: versions, labels, licence and the last failed load's reason "
+                                       "(--json: every field, profiles included)"))
     m.add_parser("get", help="one model").add_argument("name")
     m.add_parser("load", help="load a model's versions").add_argument("name")
     un = m.add_parser("unload", help="unload a model (or one version)")
@@ -59,11 +65,26 @@ def add_parsers(sub) -> None:
     model_files.add_parsers(m.parent)
 
     e = _group(sub, common, "events", "query stored events")
-    ls = e.add_parser("list", help="events, newest filters first")
+    ls = _listing(e.add_parser("list", help="stored events, oldest first: a table (--json: every field)"))
     ls.add_argument("--app")
     ls.add_argument("--stream")
     ls.add_argument("--type")
     ls.add_argument("--limit", type=int, default=100)
+    ls.add_argument("--after-id", type=int, default=0, metavar="ID", help="events after this id (the next page)")
+
+
+def builtin_apps_text() -> str:
+    """`vigil apps add --help`'s list of the built-in apps, each with its detector and classes."""
+    rows = []
+    for name in builtin_names():
+        try:
+            spec = load_spec(name)
+            rows.append((name, f"{spec.detector}: {', '.join(spec.classes) if spec.classes else 'all its classes'}"))
+        except SpecError:  # a broken built-in is reported when it is used, not here
+            rows.append((name, "?"))
+    width = max((len(n) for n, _ in rows), default=0)
+    return ("built-in apps (detector: classes):\n" + "\n".join(f"  {n.ljust(width)}  {what}" for n, what in rows)
+            + "\n\nor a spec file, e.g. configs/apps/entrance.yaml (docs: App spec reference)")
 
 
 class _WithCommon:
@@ -78,26 +99,34 @@ class _WithCommon:
 
 
 def _group(sub, common, name: str, help: str) -> _WithCommon:
-    p = sub.add_parser(name, help=help, description=f"{help} (talks to a running `vigil serve`).")
+    p = sub.add_parser(name, help=help, description=f"{help} (talks to a running `vigil serve`).", parents=[common])
     p.set_defaults(func=_remote)
     return _WithCommon(p.add_subparsers(dest="action", required=True, metavar="ACTION"), common)
 
+
+def _listing(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    parser.add_argument("--json", action="store_true", help=JSON_HELP)
+    return parser
 
 
 def _remote(args: argparse.Namespace) -> int:
     """`vigil streams|apps|models|events ...`: the REST API from the command line."""
     from vigil.client import ApiError, RestClient
+    from vigil.settings import SettingsError
 
-    client = RestClient(server_url(args), api_key(args))
     try:
-        out = REMOTE[(args.command, args.action)](client, args)
-    except ApiError as exc:
+        server = connection(args)
+        out = REMOTE[(args.command, args.action)](RestClient(server.url, server.api_key), args)
+    except (ApiError, SettingsError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     except (OSError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    if out is not None:
+    view = VIEWS.get((args.command, args.action))
+    if view is not None and not args.json:
+        print(view(out))
+    elif out is not None:
         print(json.dumps(out, indent=2))
     return 0
 
@@ -177,5 +206,6 @@ REMOTE = {
     ("models", "add"): lambda c, a: c.call("POST", f"/v1/models/{a.name}/versions", _archive(a.path),
                                            content_type="application/octet-stream"),
     ("events", "list"): lambda c, a: c.call("GET", "/v1/events", params={"app": a.app, "stream": a.stream,
-                                                                         "type": a.type, "limit": a.limit}),
+                                                                         "type": a.type, "limit": a.limit,
+                                                                         "after_id": a.after_id}),
 }

@@ -15,7 +15,7 @@ import hashlib
 import logging
 import threading
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from engine.lanes import use_threads
 from engine.machine_load import OthersLoad
@@ -69,6 +69,9 @@ class ModelManager:
     # labels set while serving (`set_label`): they win over model_config.yaml's on every later load
     set_labels: dict[str, dict[str, int]] = field(default_factory=dict)
     sessions: dict[str, SessionInfo] = field(default_factory=dict)
+    # model -> why its last load failed, until a load of it succeeds: a load may be asked
+    # for by an app, a restart or the API, and whoever looks later is told the reason
+    failures: dict[str, str] = field(default_factory=dict)
     loading: int = 0  # loads in progress (readiness)
     on_free: Any = None  # callback(servable) after a version is freed
     # False: every version's fragments are its own (as in TF Serving or Clipper); the
@@ -102,7 +105,23 @@ class ModelManager:
     # -- loading -------------------------------------------------------------------------------
     def load(self, name: str, versions: list[int] | None = None, retire_others: bool = False) -> list[int]:
         """Load versions (default: the model's version policy) beside those serving. With
-        `retire_others`, versions not in the new set stop taking requests in the same step."""
+        `retire_others`, versions not in the new set stop taking requests in the same step.
+        A failure is raised, and kept as the model's last failure until a load succeeds."""
+        return self._recording(name, lambda: self._load(name, versions, retire_others))
+
+    def _recording(self, name: str, load: Callable[[], Any]) -> Any:
+        """`load()`, its failure kept as `name`'s last (or the last forgotten when it succeeds)."""
+        try:
+            out = load()
+        except Exception as exc:
+            with self.lock:
+                self.failures[name] = str(exc) or type(exc).__name__
+            raise
+        with self.lock:
+            self.failures.pop(name, None)
+        return out
+
+    def _load(self, name: str, versions: list[int] | None, retire_others: bool) -> list[int]:
         config = self.repository.config(name)
         available = self.repository.versions(name)
         if not available:
@@ -157,10 +176,13 @@ class ModelManager:
 
     def reload(self, name: str) -> dict[str, list[int]]:
         """Bring the model in line with its version policy on disk."""
-        config = self.repository.config(name)
-        wanted = config.version_policy.select(self.repository.versions(name))
-        loaded = self.load(name, wanted, retire_others=True)
-        return {"loaded": loaded, "serving": sorted(self.versions.get(name, {}))}
+        def reload() -> dict[str, list[int]]:
+            config = self.repository.config(name)
+            wanted = config.version_policy.select(self.repository.versions(name))
+            loaded = self._load(name, wanted, retire_others=True)
+            return {"loaded": loaded, "serving": sorted(self.versions.get(name, {}))}
+
+        return self._recording(name, reload)
 
     def set_label(self, name: str, label: str, version: int) -> None:
         with self.lock:
@@ -258,13 +280,18 @@ class ModelManager:
         return {**frag.describe(), "profile": profile}
 
     def describe(self) -> dict:
+        """Each model loaded or whose last load failed: its loaded versions (none when
+        the load failed), labels, and `error`, the last failed load's reason (None since
+        a load succeeded)."""
         with self.lock:
+            names = sorted(set(self.versions) | set(self.failures))
             return {name: {"versions": {v: {"in_flight": s.in_flight, "random_weights": s.model.random_weights,
                                              "fragments": [self._describe_fragment(f)
                                                            for f in s.model.fragments.values()]}
-                                         for v, s in sorted(vs.items())},
-                           "labels": dict(self.labels.get(name, {}))}
-                    for name, vs in sorted(self.versions.items())}
+                                         for v, s in sorted(self.versions.get(name, {}).items())},
+                           "labels": dict(self.labels.get(name, {})),
+                           "error": self.failures.get(name)}
+                    for name in names}
 
 
 def _stale(profile, run_batch, synchronize, tries: int = 3) -> bool:

@@ -8,6 +8,7 @@
 
     version_policy: {latest: 2}        # or {specific: [1, 3]} or all
     labels: {stable: 1, canary: 2}
+    license: {spdx: MIT, authors: ..., url: https://...}
 
 `model.yaml` is validated into a `ModelSpec`; every error names the file and the field.
 """
@@ -190,6 +191,19 @@ class VersionPolicy(BaseModel):
         return available[-(self.latest or 1):]
 
 
+class ModelLicense(BaseModel):
+    """Whose weights these are and on what terms: `vigil models list`, GET /v1/models and
+    THIRD_PARTY_NOTICES.md show it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    spdx: str = Field(max_length=200, pattern=r"^[A-Za-z0-9.+-]+( (AND|OR|WITH) [A-Za-z0-9.+-]+)*$",
+                      description="the licence as an SPDX expression, e.g. MIT or Apache-2.0")
+    authors: str = Field(max_length=500, description="who made the weights, and from what")
+    url: str | None = Field(None, max_length=500, pattern=r"^https://\S+$",
+                            description="where they are published; none for weights trained in this project")
+
+
 class ModelConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -202,6 +216,7 @@ class ModelConfig(BaseModel):
                              description="an LLM's LoRA adapter: a folder beside model_config.yaml in peft's format "
                                          "(adapter_config.json, adapter_model.safetensors), merged into the weights "
                                          "of the version served when it loads")
+    license: ModelLicense | None = Field(None, description="the weights' licence (every bundled model states one)")
 
     @field_validator("version_policy", mode="before")
     @classmethod

@@ -100,8 +100,8 @@ EXPECT = {
         f'"url": "{ROOT / "sample_videos/street_a.mp4"}"',
     "vigil apps add people-counter-scenedet --source lobby --name lobby-people": '"name": "lobby-people"',
     "vigil apps patch lobby-people '{\"slo_ms\": 500, \"priority\": 8}'": '"priority": 8',
-    "vigil apps metrics lobby-people": '"slo_ms": 500',
-    "vigil events list --app lobby-people --type line_cross": '"events"',
+    "vigil apps metrics lobby-people": "SLO 500 ms",
+    "vigil events list --app lobby-people --type line_cross": "detail",  # the table's last column
     "curl localhost:8080/v1/apps/entrance/metrics": '"slo_ms":2000',
     "vigil models check configs/models/scenedet/2": "scenedet v2: adapter",
     "vigil models check configs/models/scenedet --json": '"version": 2',

@@ -34,6 +34,7 @@ from typing import Callable
 ENV = "VIGIL_ALLOCATOR"
 CHOICES = ("auto", "jemalloc", "mimalloc", "system")
 COMMANDS = frozenset({"serve", "run", "bench", "ask", "eval"})  # the ones that run models
+GLOBAL_FLAGS = frozenset({"--url", "--api-key"})  # the root parser's flags that take a value (cli/connection.py)
 JEMALLOC_PATHS = ("/usr/lib/x86_64-linux-gnu/libjemalloc.so.2", "/usr/lib/aarch64-linux-gnu/libjemalloc.so.2",
                   "/usr/lib64/libjemalloc.so.2", "/usr/lib/libjemalloc.so.2")
 MIMALLOC_IN_WHEEL = "cmeel.prefix/lib/libmimalloc.so.3"  # where cmeel-mimalloc installs it
@@ -102,10 +103,18 @@ def advice() -> str | None:
             f"Debian: apt-get install libjemalloc2; {ENV}=system silences this)")
 
 
+def command_of(argv: list[str]) -> str | None:
+    """The command `argv` (without the program) names, past the global flags before it."""
+    i = 0
+    while i < len(argv) and argv[i].startswith("-"):
+        i += 2 if argv[i] in GLOBAL_FLAGS else 1
+    return argv[i] if i < len(argv) else None
+
+
 def reexec_for(argv: list[str]) -> None:
     """Re-execute this interpreter under a faster allocator when `argv` (without the
     program) runs models and one is wanted and installed; return otherwise."""
-    if not argv or argv[0] not in COMMANDS:
+    if command_of(argv) not in COMMANDS:
         return
     try:
         chosen = preload(os.environ.get(ENV, "auto").strip().lower(), os.environ.get("LD_PRELOAD", ""))

@@ -1,5 +1,6 @@
 """`vigil serve` settings: one object, read once at start-up from YAML, flags and the
-environment (only here: `VIGIL_API_KEYS`), then passed down."""
+environment (only here: `VIGIL_API_KEYS`), then passed down; and the CLI's client
+settings (`VIGIL_URL`, `VIGIL_API_KEY`), which name the server it talks to."""
 
 from __future__ import annotations
 
@@ -269,6 +270,34 @@ def env_api_keys(environ: dict[str, str] | None = None) -> list[str] | None:
     """The keys `VIGIL_API_KEYS` sets (comma-separated); None when it is not set."""
     keys = (os.environ if environ is None else environ).get("VIGIL_API_KEYS")
     return None if keys is None else [k.strip() for k in keys.split(",") if k.strip()]
+
+
+DEFAULT_URL = "http://127.0.0.1:8080"
+
+
+class ClientSettings(BaseModel):
+    """Where the CLI's remote commands (`vigil streams|apps|models|events`, `vigil ask`)
+    find the server, and the key they send: flags, else the environment."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    url: str = Field(DEFAULT_URL, max_length=4096, pattern=r"^https?://[^\x00-\x20\x7f]+$",
+                     description="the server's REST address, http(s)://HOST:PORT")
+    api_key: str | None = Field(None, max_length=1024, repr=False, description="sent as `Authorization: Bearer KEY`")
+
+
+def client_settings(url: str | None = None, api_key: str | None = None,
+                    environ: dict[str, str] | None = None) -> ClientSettings:
+    """--url, else $VIGIL_URL, else http://127.0.0.1:8080; --api-key, else $VIGIL_API_KEY,
+    else the first of the server's $VIGIL_API_KEYS (a shell that started the server)."""
+    environ = os.environ if environ is None else environ
+    keys = env_api_keys(environ) or []
+    url = url or environ.get("VIGIL_URL") or DEFAULT_URL
+    try:
+        return ClientSettings(url=url, api_key=api_key or environ.get("VIGIL_API_KEY") or (keys[0] if keys else None))
+    except ValidationError:
+        raise SettingsError(f"--url (or $VIGIL_URL) must be http(s)://HOST:PORT, e.g. {DEFAULT_URL}; was {url!r}") \
+            from None
 
 
 def load_settings(path: Path | None = None, overrides: dict[str, Any] | None = None,

@@ -197,6 +197,20 @@ def test_bad_files_fail_their_load_and_others_keep_serving(tmp_path, engine_fact
     assert engine.submit(request("good", engine=engine)).result(timeout=10).version == 1
 
 
+def test_a_failed_load_keeps_its_reason_until_a_load_succeeds(tmp_path, engine_factory):
+    bad = write_model(tmp_path, "m", 1, state={"backbone.0.weight": torch.zeros(1)})
+    engine = engine_factory()
+    with pytest.raises(RepositoryError) as info:
+        engine.load("m")
+    assert engine.models()["m"] == {"versions": {}, "labels": {}, "error": str(info.value)}
+    with pytest.raises(RepositoryError):
+        engine.reload("m")
+    assert "does not match the architecture" in engine.models()["m"]["error"]
+    torch.save(tiny_state(), bad / "model.pt")  # fixed on disk
+    engine.load("m")
+    assert engine.models()["m"]["error"] is None and list(engine.models()["m"]["versions"]) == [1]
+
+
 @pytest.mark.exclusive  # a profile measured beside other workers' load is not stored (servables.py)
 def test_profiles_are_stored_and_reused(tmp_path, engine_factory):
     folder = write_model(tmp_path, "m", 1)

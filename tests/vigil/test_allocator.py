@@ -68,9 +68,12 @@ def test_only_the_commands_that_run_models_re_execute(installed, monkeypatch):
     monkeypatch.setattr(allocator.os, "execve", lambda *a: calls.append(a))
     monkeypatch.delenv("LD_PRELOAD", raising=False)
     monkeypatch.delenv("VIGIL_ALLOCATOR", raising=False)
-    for argv in ([], ["streams", "list"], ["--help"]):
+    for argv in ([], ["streams", "list"], ["--help"], ["--url", "http://a:1", "streams", "list"], ["--url", "run"]):
         reexec_for(argv)
     assert calls == []
+    reexec_for(["--url", "http://a:1", "--api-key=k", "run", "clip.mp4"])
+    assert len(calls) == 1
+    calls.clear()
     reexec_for(["serve", "--port", "9000"])
     assert len(calls) == 1 and calls[0][2]["LD_PRELOAD"] == LIB and calls[0][2]["MALLOC_CONF"]
     monkeypatch.setenv("VIGIL_ALLOCATOR", "nonsense")

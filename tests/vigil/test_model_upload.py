@@ -129,3 +129,23 @@ def test_an_archive_that_unpacks_past_the_limit_is_refused(server):
     r = upload(server, "hog-up", buf.getvalue())
     assert r.status_code == 422 and "unpacks to" in r.json()["detail"]
     assert leftovers(server) == []
+
+
+def test_a_model_whose_load_failed_says_why_in_get_and_in_models_list(server):
+    """The load's reason stays with the model (GET /v1/models/NAME, `vigil models list`)
+    until a load succeeds, not only in the answer to the POST that failed."""
+    folder = server.repo / "broken" / "1"
+    folder.mkdir(parents=True)
+    (folder / "model.yaml").write_text(yaml.safe_dump({
+        "name": "broken", "adapter": "torchvision", "arch": "resnet-9000", "weights": "random",
+        "output": "detections", "labels": ["person"], "batch_sizes": [1]}))
+    auth = {"Authorization": f"Bearer {KEY}"}
+    r = httpx.post(f"{server.url}/v1/models/broken/load", headers=auth, timeout=120)
+    assert r.status_code == 422 and "unknown torchvision architecture 'resnet-9000'" in r.json()["detail"]
+    shown = httpx.get(f"{server.url}/v1/models/broken", timeout=30).json()
+    assert shown["error"] == r.json()["detail"] and shown["loaded"] == []
+    out = run_command([sys.executable, "-m", "cli", "--url", server.url, "models", "list"], 120, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    row = next(line for line in out.stdout.splitlines() if line.startswith("broken "))
+    assert "broken/1/model.yaml: arch: unknown torchvision" in row
+    assert f"broken: {shown['error']}" in out.stdout  # whole, below the table

@@ -195,7 +195,7 @@ def test_the_server_runs_under_jemalloc_when_it_is_installed(server):
 
 
 def test_cli_talks_to_the_api(server):
-    out = run_command([sys.executable, "-m", "cli", "streams", "list", "--url", server.url], 60, cwd=ROOT)
+    out = run_command([sys.executable, "-m", "cli", "streams", "list", "--json", "--url", server.url], 60, cwd=ROOT)
     assert out.returncode == 0, out.stderr
     assert "street" in [s["name"] for s in json.loads(out.stdout)]
     out = run_command([sys.executable, "-m", "cli", "apps", "get", "nosuch", "--url", server.url], 60, cwd=ROOT)

@@ -47,17 +47,25 @@ def test_a_cluster_flag_sets_the_address_and_keeps_the_files_other_cluster_setti
     assert load_settings(path, {"cluster": {"address": "head:6379"}}, environ={}).cluster.actors is True
 
 
-def test_the_cli_uses_the_servers_key_when_it_has_no_key_of_its_own(monkeypatch):
-    import argparse
+def test_the_cli_uses_the_servers_key_when_it_has_no_key_of_its_own():
+    from vigil.settings import client_settings
 
-    from cli.connection import api_key
+    environ = {"VIGIL_API_KEYS": " k1 , k2"}
+    assert client_settings(environ=environ).api_key == "k1"
+    environ["VIGIL_API_KEY"] = "mine"
+    assert client_settings(environ=environ).api_key == "mine"
+    assert client_settings(api_key="flag", environ=environ).api_key == "flag"
+    assert "mine" not in repr(client_settings(environ=environ))
 
-    monkeypatch.delenv("VIGIL_API_KEY", raising=False)
-    monkeypatch.setenv("VIGIL_API_KEYS", " k1 , k2")
-    assert api_key(argparse.Namespace(api_key=None)) == "k1"
-    monkeypatch.setenv("VIGIL_API_KEY", "mine")
-    assert api_key(argparse.Namespace(api_key=None)) == "mine"
-    assert api_key(argparse.Namespace(api_key="flag")) == "flag"
+
+def test_the_cli_finds_the_server_by_flag_then_environment_and_refuses_what_is_not_a_url():
+    from vigil.settings import SettingsError, client_settings
+
+    assert client_settings(environ={}).url == "http://127.0.0.1:8080"
+    assert client_settings(environ={"VIGIL_URL": "http://cam-box:9000"}).url == "http://cam-box:9000"
+    assert client_settings("https://a:1", environ={"VIGIL_URL": "http://b:2"}).url == "https://a:1"
+    with pytest.raises(SettingsError, match=r"must be http\(s\)://HOST:PORT.*was 'localhost:8080'"):
+        client_settings("localhost:8080", environ={})
 
 
 @pytest.mark.parametrize("cameras, says", [

@@ -65,6 +65,8 @@ def command_section(prog: str, parser: argparse.ArgumentParser) -> str:
     rows = [[name_text(a), choices_text(a), default_text(a), help_text(a, prog)] for a in options(parser)]
     if rows:
         out.append(table(["argument", "choices", "default", "description"], rows))
+    if parser.epilog:  # what --help adds below the options (`vigil apps add`: the built-in apps)
+        out.append("```text\n" + parser.epilog.strip() + "\n```\n")
     return "\n".join(out)
 
 
@@ -72,7 +74,8 @@ def cli_page(parser: argparse.ArgumentParser) -> str:
     found = commands(parser)
     out = ["# CLI\n", GENERATED_NOTE.format(source="the parser `vigil` builds (cli/)"),
            "Every command takes `--help`. Commands that talk to a server find it through "
-           "`--url`, else `$VIGIL_URL`, else http://127.0.0.1:8080.\n",
+           "`--url` (before the command or after it), else `$VIGIL_URL`, else http://127.0.0.1:8080; "
+           "their `list` commands print tables, and `--json` the API's answer.\n",
            "\n".join(f"- [{code(prog)}](#{anchor(prog)})" for prog, _ in found[1:]) + "\n"]
     with mock.patch.dict(os.environ, {"COLUMNS": "100"}):  # argparse wraps usage to the terminal's width
         out += [command_section(prog, p) for prog, p in found]

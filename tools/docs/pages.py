@@ -85,6 +85,17 @@ def metrics_reference() -> str:
     return metrics_page()
 
 
+def licenses_page() -> str:
+    from tools.docs.markdown import GENERATED_NOTE
+    from tools.notices import notices
+
+    text = notices(license_ref="`LICENSE` at the root of the repository")
+    title, _, rest = text.partition("\n")
+    return "\n".join([title, "", GENERATED_NOTE.format(source="the model repository and the installed packages "
+                                                               "(`tools/notices.py`, which also writes "
+                                                               "THIRD_PARTY_NOTICES.md)"), rest])
+
+
 GENERATED: dict[str, Callable[[], str]] = {
     "reference/config.md": config_page,
     "reference/app-spec.md": app_spec_page,
@@ -92,6 +103,7 @@ GENERATED: dict[str, Callable[[], str]] = {
     "reference/cli.md": cli_reference,
     "reference/rest.md": rest_reference,
     "reference/metrics.md": metrics_reference,
+    "reference/licenses.md": licenses_page,
 }
 
 

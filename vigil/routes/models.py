@@ -32,13 +32,15 @@ class LabelIn(BaseModel):
 def list_models(service: ServiceDep) -> dict:
     """Every model: vision models of the repository and the LLMs served, as an
     OpenAI-style list (`id`, `object`, `owned_by`) with Vigil's fields (`kind`: vision |
-    llm; an LLM's `lora`, the adapter merged into it, and `answers`, whether it writes
-    captions and answers /v1/ask)."""
+    llm; `license`, the weights' licence from model_config.yaml; a vision model's `error`,
+    what is wrong with its files or why its last load failed; an LLM's `lora`, the adapter
+    merged into it, and `answers`, whether it writes captions and answers /v1/ask)."""
     data = [{"id": m["name"], "object": "model", "created": 0, "owned_by": "vigil", "kind": "vision", **m}
             for m in service.models.list()]
     for llm in service.llm.engines.values():
         data.append({"id": llm.name, "object": "model", "created": 0, "owned_by": "vigil", "kind": "llm",
-                     "max_model_len": llm.max_model_len, "lora": llm.lora, "answers": llm is service.llm.engine})
+                     "max_model_len": llm.max_model_len, "lora": llm.lora, "answers": llm is service.llm.engine,
+                     "license": service.models.license(llm.name)})
     return {"object": "list", "data": data}
 
 

@@ -80,6 +80,9 @@ class AppService:
     def patch(self, name: str, changes: Any) -> dict:
         if not isinstance(changes, dict):
             raise Invalid(f"body: send a mapping of fields to change ({', '.join(LIVE_FIELDS)})")
+        unknown = sorted(set(changes) - set(AppSpec.model_fields))
+        if unknown:
+            raise Invalid(_unknown_fields(unknown))
         fixed = sorted(set(changes) - set(LIVE_FIELDS))
         if fixed:
             raise Invalid(f"{fixed[0]}: cannot change while running (live fields: {', '.join(LIVE_FIELDS)}); "
@@ -106,7 +109,9 @@ class AppService:
         self.governor.forget(name)
 
     def metrics(self, name: str) -> dict:
-        spec = self._spec(name)
+        with self.lock:
+            spec = self._spec(name)
+            worker = self.streams.workers.get(spec.source or "")
         total = self.engine.metrics.app_summary(name)
         minute = self.rollups.summary(name, 60.0)
         hour = self.rollups.summary(name, 3600.0)
@@ -119,7 +124,8 @@ class AppService:
                 "arrived": total["arrived"], "completed": total["completed"], "within_slo": total["within_slo"],
                 "skipped": total["skipped"],
                 "dropped": total["dropped"],
-                "batch_size": {k: v for k, v in batches.items() if k.startswith(f"{spec.detector}/")}}
+                "batch_size": {k: v for k, v in batches.items() if k.startswith(f"{spec.detector}/")},
+                "counts": worker.app_counts(name) if worker else None}
 
     def series(self, name: str, since_s: float = 3600.0) -> list[dict]:
         self._spec(name)
@@ -163,6 +169,21 @@ class AppService:
             raise Invalid(f"source: no stream {spec.source!r}")
         self.specs[spec.name] = spec
         worker.set_app(spec)
+
+
+def _unknown_fields(unknown: list[str]) -> str:
+    """What a PATCH naming fields no app spec has is told: each, its likely spelling, and
+    the fields that exist."""
+    from difflib import get_close_matches
+
+    said = []
+    for field in unknown:
+        close = get_close_matches(field, LIVE_FIELDS, n=1, cutoff=0.5) or \
+            get_close_matches(field, list(AppSpec.model_fields), n=1, cutoff=0.6)
+        said.append(f"{field}: unknown field" + (f" (did you mean {close[0]}?)" if close else ""))
+    fixed = [f for f in AppSpec.model_fields if f not in LIVE_FIELDS]
+    return (f"{'; '.join(said)}. Fields that change while the app runs: {', '.join(LIVE_FIELDS)}; the other "
+            f"fields of an app spec ({', '.join(fixed)}) change by DELETE and POST of the app")
 
 
 def parse_app(data: Any) -> AppSpec:

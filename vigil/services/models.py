@@ -10,7 +10,7 @@ from typing import Any, Callable
 
 from apps.spec import unknown_classes
 from engine.engine import Engine
-from models.repository import ModelRepository, RepositoryError
+from models.repository import ModelConfig, ModelRepository, RepositoryError
 from vigil.services.errors import Conflict, Invalid, NotFound
 from vigil.settings import Limits
 from vigil.storage import Storage
@@ -49,7 +49,10 @@ class ModelService:
             labels.update(live.get("labels", {}))
             versions = live.get("versions", {})
             out.append({"name": name, "versions_on_disk": on_disk, "loaded": sorted(int(v) for v in versions),
-                        "labels": labels, "error": self.shown(error),
+                        "labels": labels,
+                        # what is wrong with its files, else why its last load failed (until one succeeds)
+                        "error": self.shown(error or live.get("error")),
+                        "license": self.license(name, config),
                         # per loaded version: its fragments, with what a batch of each size takes here
                         "fragments": {str(v): info["fragments"] for v, info in sorted(versions.items())}})
         return out
@@ -59,6 +62,14 @@ class ModelService:
             if m["name"] == name:
                 return m
         raise NotFound(f"no model {name!r} in the model repository ({', '.join(self.repository.model_names())})")
+
+    def license(self, name: str, config: ModelConfig | None = None) -> dict | None:
+        """The weights' licence, as model_config.yaml states it (None: it does not)."""
+        try:
+            config = config or self.repository.config(name)
+        except (RepositoryError, ValueError):
+            return None
+        return config.license.model_dump(mode="json") if config.license else None
 
     def shown(self, text: str | None) -> str | None:
         """A message for a client: paths inside the model repository relative to it
@@ -139,7 +150,7 @@ class ModelService:
         log.info("model %s: version %d added from an upload", name, version)
         if llm:  # served once llm_model or llm_models names it
             return {"name": name, "kind": "llm", "added_version": version}
-        if name in self.engine.models():
+        if self.engine.versions(name):  # loaded: the new version goes live
             self._call(name, lambda: self.engine.reload(name))
         return {**self.get(name), "added_version": version}
 
