@@ -5,7 +5,8 @@ integrator and a broken camera would, each attack watched from outside
 One guarded server is shared by the suite, as the attacks were first tried: loopback,
 API keys set, two looping file streams, three apps (two on the detector, one motion),
 captions on. Tests that need a server of their own (restarts, a full disk, the fd
-limit, a taken port) start one.
+limit, a taken port) start one. Its RSS is followed from the moment it is warm to its
+stop: every attack together, watched or not, may add at most MAX_SERVER_GROWTH_MB.
 """
 
 from __future__ import annotations
@@ -16,12 +17,20 @@ import httpx
 import pytest
 
 from support.processes import ROOT, VigilServer, wait_for
-from support.watch import APPS, AUTH, KEY, LIMITS, WATCHED
+from support.watch import APPS, AUTH, KEY, LIMITS, WATCHED, Peak, rss_peak
+
+PEAKS: list[Peak] = []  # the guarded server's, once its session is over
 
 
 def pytest_terminal_summary(terminalreporter):
     """What the server did during each watched attack: RSS over its baseline, the
-    slowest /healthz, and how often /healthz was asked again on a new connection."""
+    slowest /healthz, and how often /healthz was asked again on a new connection; and
+    the guarded server's largest rise in RSS over the whole suite."""
+    for p in PEAKS:
+        terminalreporter.section("guarded server's RSS")
+        terminalreporter.write_line(f"{p.growth_mb:+7.0f} MB RSS at its largest rise, from {p.baseline_mb:.0f} to "
+                                    f"{p.peak_mb:.0f} MB ({p.samples} samples), at its top during {p.peak_test}")
+        terminalreporter.write_line(f"{p.rise_mb:+7.0f} MB RSS, the most any test added, during {p.rise_test}")
     if WATCHED:
         terminalreporter.section("attacks watched")
         for test, w in WATCHED:
@@ -55,8 +64,12 @@ def guarded(tmp_path_factory, media) -> VigilServer:
     except BaseException:
         srv.stop()
         raise
-    yield srv
-    assert srv.stop(), srv.logs()[-3000:]
+    with rss_peak(srv) as peak:  # from here it is warm: the LLM loaded, every app has results
+        yield srv
+    stopped = srv.stop()
+    PEAKS.append(peak)
+    peak.held()
+    assert stopped, srv.logs()[-3000:]
 
 
 @pytest.fixture

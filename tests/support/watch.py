@@ -1,9 +1,11 @@
 """Watching a server under attack: `watch()` polls /healthz and the server's RSS from a
-thread while an attack runs; `still_serving()` checks, after it, that a normal
-completion and the live streams work."""
+thread while an attack runs; `rss_peak()` follows its RSS across every test that shares
+it; `still_serving()` checks, after an attack, that a normal completion and the live
+streams work."""
 
 from __future__ import annotations
 
+import os
 import statistics
 import threading
 import time
@@ -26,6 +28,8 @@ APPS = [{"name": "people", "source": "a", "detector": "scenedet", "classes": ["p
         {"name": "vehicles", "source": "b", "detector": "scenedet", "classes": ["car", "bike"], "fps": 5,
          "slo_ms": 1500},
         {"name": "moving", "source": "a", "detector": "motion", "fps": 5, "slo_ms": 1000}]
+# what all the attacks on the shared server together may add to its RSS once it is warm
+MAX_SERVER_GROWTH_MB = 300.0
 
 
 def rss_mb(pid: int) -> float:
@@ -61,14 +65,16 @@ class Watch:
 WATCHED: list[tuple[str, Watch]] = []  # (test, what it saw): the suite prints them at the end
 
 
+def current_test() -> str:
+    return os.environ.get("PYTEST_CURRENT_TEST", "?").split(" ")[0]
+
+
 @contextmanager
 def watch(server: VigilServer, poll_s: float = 0.2):
     """Samples /healthz latency and RSS every `poll_s` while the block runs."""
-    import os
-
     pid = server.proc.pid
     w = Watch(statistics.median(rss_mb(pid) for _ in range(3)))
-    WATCHED.append((os.environ.get("PYTEST_CURRENT_TEST", "?").split(" ")[0], w))
+    WATCHED.append((current_test(), w))
     stop = threading.Event()
 
     client = httpx.Client(base_url=server.url, timeout=5)
@@ -109,6 +115,72 @@ def watch(server: VigilServer, poll_s: float = 0.2):
         stop.set()
         thread.join(10)
         client.close()
+
+
+@dataclass
+class Peak:
+    """The server's RSS across a session: its largest rise over the lowest it had been
+    before, the test that was running at the top of that rise, and the test over which
+    it rose the most (watched or not). The low, not the first sample, is the baseline: a
+    server just warmed up still holds pages its start freed, which the allocator gives
+    back seconds later."""
+
+    baseline_mb: float = float("inf")  # the low the largest rise started from
+    peak_mb: float = float("-inf")
+    peak_test: str = ""
+    rise_test: str = ""
+    rise_mb: float = 0.0  # rise_test's, over its first sample
+    samples: int = 0
+    low_mb: float = float("inf")  # the lowest so far
+    test: str = ""  # the test now running, and its first sample
+    test_start_mb: float = 0.0
+
+    @property
+    def growth_mb(self) -> float:
+        return max(0.0, self.peak_mb - self.baseline_mb)
+
+    def add(self, mb: float, test: str) -> None:
+        if test != self.test:
+            self.test, self.test_start_mb = test, mb
+        if mb - self.test_start_mb > self.rise_mb:
+            self.rise_mb, self.rise_test = mb - self.test_start_mb, test
+        self.low_mb = min(self.low_mb, mb)
+        if self.samples == 0 or mb - self.low_mb > self.growth_mb:
+            self.baseline_mb, self.peak_mb, self.peak_test = self.low_mb, mb, test
+        self.samples += 1
+
+    def held(self, max_growth_mb: float = MAX_SERVER_GROWTH_MB) -> None:
+        assert self.samples >= 2, "the RSS watch did not run"
+        assert self.growth_mb <= max_growth_mb, (f"the server's RSS rose {self.growth_mb:.0f} MB over its warm "
+                                                 f"baseline of {self.baseline_mb:.0f} MB (at most {max_growth_mb:.0f}),"
+                                                 f" to its peak during {self.peak_test}; it rose most, "
+                                                 f"{self.rise_mb:.0f} MB, during {self.rise_test}")
+
+
+@contextmanager
+def rss_peak(server: VigilServer, poll_s: float = 0.1):
+    """Samples the server's RSS every `poll_s` while the block runs (start it once the
+    server is warm)."""
+    pid = server.proc.pid
+    p = Peak()
+    stop = threading.Event()
+
+    def poll():
+        while True:
+            try:
+                p.add(rss_mb(pid), current_test())
+            except (OSError, RuntimeError):  # the server is gone
+                return
+            if stop.wait(poll_s):
+                return
+
+    thread = threading.Thread(target=poll, name="rss-peak", daemon=True)
+    thread.start()
+    try:
+        yield p
+    finally:
+        stop.set()
+        thread.join(10)
 
 
 def still_serving(server: VigilServer) -> None:

@@ -15,10 +15,11 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from engine.arbiter import DeviceArbiter
+from llm.embedder import Embedder
 from llm.engine import EngineConfig, EngineFull, LLMEngine
 from llm.metrics import LLMMetrics, LLMSeries
 from llm.prompts import answer_request
-from llm.qa import Embedder, answer
+from llm.qa import answer
 from llm.sampling import SamplingParams
 from llm.serving import load_llm
 from vigil.services.apps import AppService
@@ -132,9 +133,9 @@ class LLMService:
             self._asks_in_flight -= 1
 
     def _sentence_embedder(self) -> Embedder:
-        """Loaded once, by the first question that has captions to rank (seconds on a
-        small CPU): a question that is refused, or has no captions in its window, never waits
-        for it."""
+        """Loaded once, by the first question that has captions to rank: a question that
+        is refused, or has no captions in its window, never waits for it (llm/embedder.py
+        says why it is not sentence-transformers)."""
         with self._embedder_lock:
             if self._embedder is None:
                 self._embedder = Embedder()
