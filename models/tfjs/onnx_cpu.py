@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import io
 import logging
+import warnings
 from pathlib import Path
 from typing import Callable
 
@@ -59,7 +60,10 @@ def _export(module, path: Path) -> bytes:
 
     buffer = io.BytesIO()
     example = torch.zeros(2, module.channels, *module.input_hw)
-    with torch.no_grad():
+    with torch.no_grad(), warnings.catch_warnings():
+        # the exporter says which Slice ops it left unfolded: the graph is right either way
+        # (_check holds it to the torch module), and a user's run is no place for it
+        warnings.filterwarnings("ignore", message="Constant folding", category=UserWarning)
         torch.onnx.export(module, (example,), buffer, dynamo=False, opset_version=17, input_names=["x"],
                           dynamic_axes={"x": {0: "batch"}})
     model = buffer.getvalue()
