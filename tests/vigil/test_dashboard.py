@@ -74,7 +74,8 @@ def test_app_page_draws_charts_and_the_latest_frame(server, page):
     page.locator("#latency .main-svg").first.wait_for(timeout=30_000)  # plotly, served locally
     page.wait_for_function("() => document.getElementById('frame').naturalWidth > 0", timeout=30_000)
     assert page.evaluate("() => document.getElementById('frame').naturalWidth") == 640
-    assert "SLO 1500 ms" in page.locator("#summary").inner_text()
+    assert re.fullmatch(r"SLO 1500 ms · attainment \(last minute\) (\d+\.\d%|–) · p99 (\d+ ms|∞ \(drops\)|–)",
+                        page.locator("#summary").inner_text())
 
 
 def test_the_events_page_lists_events_with_their_snapshots_and_filters_them(server, page):

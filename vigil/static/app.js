@@ -21,7 +21,7 @@ async function refresh() {
   Plotly.react("throughput", [{x: t, y: series.map((r) => r.completed / r.window_s), name: "frames/s",
     type: "bar"}], layout("throughput", "frames/s"));
   document.getElementById("summary").textContent =
-    `SLO ${slo} ms · attainment (last minute) ${metrics.slo_attainment_1m ?? "–"} · p99 ${metrics.latency_ms.p99 ?? "–"} ms`;
+    `SLO ${slo} ms · attainment (last minute) ${pct(metrics.slo_attainment_1m)} · p99 ${ms(metrics.latency_ms.p99)}`;
   document.getElementById("frame").src = `/v1/apps/${encodeURIComponent(name)}/frame.jpg?t=${Date.now()}`;
 }
 refresh();

@@ -1,4 +1,7 @@
 // Helpers every dashboard page shares; loaded before the page's own script.
+// A share as a percentage, a latency in ms ("inf": a percentile past the drops); "–" for none.
+const pct = (x) => (x === null || x === undefined ? "–" : (100 * x).toFixed(1) + "%");
+const ms = (x) => (x === null || x === undefined ? "–" : x === "inf" ? "∞ (drops)" : x.toFixed(0) + " ms");
 // Text from the API (names, errors, labels) goes into HTML only through esc.
 const esc = (s) => String(s ?? "").replace(/[&<>"]/g, (c) => ({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;"}[c]));
 // An event's or caption's time: live streams' are epoch ms, shown as the local clock;

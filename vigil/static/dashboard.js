@@ -1,6 +1,4 @@
 // Live cards over server-sent events from /v1/overview/stream.
-const pct = (x) => (x === null || x === undefined ? "–" : (100 * x).toFixed(1) + "%");
-const ms = (x) => (x === null || x === undefined ? "–" : x === "inf" ? "∞ (drops)" : x.toFixed(0) + " ms");
 
 function card(a) {
   const att = a.attainment_1m;
