@@ -17,7 +17,6 @@ import logging
 import resource
 import signal
 import socket
-import sys
 import threading
 from contextlib import asynccontextmanager
 from typing import Callable
@@ -59,17 +58,6 @@ def _logging() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for handler in logging.getLogger().handlers:
         handler.addFilter(RepeatFilter())
-    _no_progress_bars()
-
-
-def _no_progress_bars() -> None:
-    """Progress bars are for a terminal: Hugging Face's (transformers reads the hub's
-    switch when it is imported, as the caption ranker loads) would fill the log."""
-    from huggingface_hub.utils import disable_progress_bars
-
-    disable_progress_bars()
-    if "transformers" in sys.modules:
-        sys.modules["transformers"].utils.logging.disable_progress_bar()
 
 
 def connection_cap(wanted: int) -> int:
