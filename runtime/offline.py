@@ -46,6 +46,7 @@ from runtime.busy_machine import BusyProfile, machine_cores, notes
 from runtime.event_clips import FileClips
 from runtime.pipeline import (AppRunner, BlockPipeline, InFlight, RunError, build_runners, crowd_warning, observe_block,
                               submit_block)
+from runtime.run_inputs import check_inputs
 from runtime.snapshots import SnapshotWriter
 from runtime.video import VideoWriter
 from sample_videos.range import from_the_range
@@ -176,14 +177,18 @@ def run_offline(source: str, specs: list[AppSpec], options: RunOptions,
 
 
 def _check_run(source: str, specs: list[AppSpec], options: RunOptions) -> None:
-    """RunError for a run that cannot start: no apps, two apps of one name, clips of no file."""
+    """RunError for a run that cannot start: no apps, two apps of one name, or what
+    runtime/run_inputs.py finds (the source, clips of no file, a detector that does not
+    exist, an output folder that cannot be written)."""
     if not specs:
         raise RunError("no apps to run")
     names = [s.name for s in specs]
     if len(set(names)) != len(names):
         raise RunError(f"app names must be unique; got {names}")
-    if options.clips and not Path(source).is_file():
-        raise RunError(f"--clips cuts events' clips from a video file; {source} is not one")
+    try:
+        check_inputs(source, specs, options.out_dir, options.repository, clips=options.clips)
+    except ValueError as exc:
+        raise RunError(str(exc)) from None
 
 
 def _domain_warnings(runners: list[AppRunner]) -> dict[str, dict[str, str]]:
