@@ -175,8 +175,7 @@ def measure(run_batch: Callable[[int], None], batch_sizes: tuple[int, ...], frag
     # A bigger batch never takes less time; a dip is noise, and planning on it would
     # overfill batches.
     means = np.maximum.accumulate(means).tolist()
-    return Profile(fragment_hash, dev_key, tuple(batch_sizes), tuple(means), tuple(stds),
-                   None if others.cores is None else round(others.cores, 2))
+    return Profile(fragment_hash, dev_key, tuple(batch_sizes), tuple(means), tuple(stds), others.cores)
 
 
 def _timed(run_batch: Callable[[int], None], batch_sizes: tuple[int, ...], warmup: int, repeats: int,

@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from engine.lanes import use_threads
-from engine.machine_load import OthersLoad
 from engine.profiles import Profile, ProfileStore, device_key, measure
 from models.loaded import Fragment, LoadedModel
 from models.registry import load_model
@@ -253,12 +252,12 @@ class ModelManager:
                 return profile
             log.info("stored profile of %s looks measured on a busy machine; measuring again", label)
         log.info("profiling %s version %s on %s", label, model.version, self.device)
-        with OthersLoad() as others:
-            profile = measure(run, tuple(model.spec.batch_sizes), frag.hash, self._device_key,
-                              synchronize=self._synchronize)
-        if others.cores is not None and others.cores > OTHERS_MAX_CORES:
+        profile = measure(run, tuple(model.spec.batch_sizes), frag.hash, self._device_key,
+                          synchronize=self._synchronize)
+        busy = profile.others_cores
+        if busy is not None and busy > OTHERS_MAX_CORES:
             log.warning("profiled %s while other processes took %.2f cores: using it for this run, not storing it",
-                        label, others.cores)
+                        label, busy)
         else:
             store.put(profile)
             with _CHECKED_LOCK:

@@ -335,7 +335,7 @@ def test_a_profile_measured_while_others_were_busy_is_used_but_not_stored(tmp_pa
             pass
 
     folder = write_model(tmp_path, "m", 1)
-    monkeypatch.setattr("engine.servables.OthersLoad", Busy)
+    monkeypatch.setattr("engine.profiles.OthersLoad", Busy)
     engine = engine_factory()
     engine.load("m")
     assert engine.profiles()["m/backbone"]["batch_sizes"] == [1, 2, 4, 8]
@@ -354,7 +354,7 @@ def test_a_stored_profile_is_timed_against_the_device_once_a_process(tmp_path, e
         return real(profile, *args, **kwargs)
 
     monkeypatch.setattr(servables, "_stale", stale)
-    monkeypatch.setattr(servables, "OthersLoad", Quiet)
+    monkeypatch.setattr("engine.profiles.OthersLoad", Quiet)
     folder = write_model(tmp_path, "m", 1)
     engine_factory().load("m")  # measured and stored: what the device does now
     engine_factory().load("m")
