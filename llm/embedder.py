@@ -69,12 +69,13 @@ class Embedder:
         """[N, D] float32, each row of unit length."""
         with self._lock, torch.inference_mode():
             encodings = self.tokenizer.encode_batch(texts, add_special_tokens=True)
-            order = sorted(range(len(texts)), key=lambda i: -sum(encodings[i].attention_mask))
+            lengths = [sum(e.attention_mask) for e in encodings]  # tokens of each text, padding left out
+            order = sorted(range(len(texts)), key=lambda i: -lengths[i])
             out = torch.empty(len(texts), self.weights["embeddings.word_embeddings.weight"].shape[1])
             for start in range(0, len(order), self.batch_size):
                 rows = order[start:start + self.batch_size]
                 # the tokenizer padded every text to the longest of all; a batch keeps its own longest
-                length = max(sum(encodings[i].attention_mask) for i in rows)
+                length = max(lengths[i] for i in rows)
                 ids = torch.tensor([encodings[i].ids[:length] for i in rows])  # [B, T]
                 mask = torch.tensor([encodings[i].attention_mask[:length] for i in rows])  # [B, T]
                 types = torch.tensor([encodings[i].type_ids[:length] for i in rows])  # [B, T]
