@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 DEMO_OUT ?= demo-out
 
-.PHONY: demo test test-fast docs install models tfjs-reference system-deps camera-deps proto serve soak train-detector train-scene-lm bench-ingest bench-engine bench-llm triton-venv clean
+.PHONY: demo test test-fast docs install models tfjs-reference system-deps camera-deps proto serve soak train-detector train-scene-lm bench-ingest bench-engine bench-llm llamacpp triton-venv clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -117,6 +117,17 @@ train-scene-lm: $(STAMP)
 
 bench-llm: $(STAMP)
 	$(BIN)/vigil bench llm --json bench-llm.json
+
+# llama.cpp for `vigil bench llm --peer llamacpp`: the llamacpp extra, llama-cpp-python and
+# its OpenAI-compatible server, built from source with the system compiler for this CPU
+# (many minutes). Without the multimodal library, which the server loads only for vision models.
+LLAMACPP_STAMP := $(VENV)/.llamacpp-stamp
+$(LLAMACPP_STAMP): pyproject.toml | $(STAMP)
+	CMAKE_ARGS="-DLLAVA_BUILD=OFF" CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) \
+		$(BIN)/pip install --quiet --disable-pip-version-check -e '.[dev,llamacpp]'
+	touch $(LLAMACPP_STAMP)
+
+llamacpp: $(LLAMACPP_STAMP)
 
 bench-ingest: $(STAMP)
 	$(BIN)/vigil bench ingest --json bench-ingest.json

@@ -62,6 +62,10 @@ def register(sub) -> None:
                        help="llm: seconds of arrivals in each trial (default: 20)")
     bench.add_argument("--max-batch", type=int, default=32, metavar="N",
                        help="llm: most requests in a batch, the same for all three systems (default: 32)")
+    bench.add_argument("--peer", choices=["llamacpp"], default=None,
+                       help="llm: Vigil's engine against llama.cpp's OpenAI-compatible server (llama-cpp-python, "
+                            "`make llamacpp`) on the same GGUF file and thread count, instead of the ablations: "
+                            "throughput at equal p99 and the decode rate of one request alone")
     bench.add_argument("--allocator", nargs="+", default=["auto"], choices=list(ALLOCATORS), metavar="NAME",
                        help="serve: the server's allocator, one run of every N under each, side by side: "
                             f"{' | '.join(ALLOCATORS)} (default: auto)")
@@ -73,7 +77,8 @@ def run(args: argparse.Namespace) -> int:
     result = _run(args)
     if isinstance(result, int):
         return result
-    kind = "cluster-sim" if args.target == "cluster" and args.sim else args.target
+    kind = "cluster-sim" if args.target == "cluster" and args.sim else \
+        "llm-peer" if args.target == "llm" and args.peer else args.target
     print_json({"kind": kind, **result, "run": provenance.finish(result.get("device"))}, args.json)
     return 0
 
@@ -123,15 +128,21 @@ def _run(args: argparse.Namespace) -> dict | int:
             return 1
         print(format_report(result), file=sys.stderr)
     elif args.target == "llm":
+        from bench.llamacpp_peer import PeerMissing
         from bench.llm import LLMBenchOptions, format_llm_report, run_llm_bench
         from engine.device import resolve_device
 
         try:
             if args.trial_s <= 0 or args.max_batch < 1:
                 raise ValueError("--trial-s must be > 0 and --max-batch >= 1")
-            options = LLMBenchOptions(quick=args.quick, repository=args.models_dir, device=resolve_device(args.device),
-                                      trial_s=args.trial_s, max_batch=args.max_batch, model=args.llm)
+            # llama.cpp is built for the CPU: with --peer, auto means the CPU
+            device = "cpu" if args.peer and args.device == "auto" else resolve_device(args.device)
+            options = LLMBenchOptions(quick=args.quick, repository=args.models_dir, device=device,
+                                      trial_s=args.trial_s, max_batch=args.max_batch, model=args.llm, peer=args.peer)
             result = run_llm_bench(options, log=lambda m: print(m, file=sys.stderr, flush=True))
+        except PeerMissing as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
         except (ValueError, FileNotFoundError) as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 1

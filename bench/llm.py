@@ -30,6 +30,12 @@ as beyond. The time alone is the median of three runs. Prefix caching shows most
 the time to first token: after the searches, the engine with the cache runs once more at
 the rate the engine without it reached, and the two mean times to first token are
 compared at that one rate.
+
+With `peer="llamacpp"` the bench serves the workload two ways instead: Vigil's engine
+and llama.cpp's server (bench/llamacpp_peer.py) on the same GGUF file with the same
+thread count, through the same rate search and bound. The three runs alone that set
+the bound stream their tokens, so each also gives the single-request decode rate,
+(tokens - 1) / (time from the first token to the last), whose medians are compared.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ from __future__ import annotations
 import random
 import threading
 import time
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Generator
@@ -71,6 +78,18 @@ class LLMBenchOptions:
     max_rate: float = 512.0  # requests/s; the search stops here
     device: str = "cpu"
     seed: int = 0
+    peer: str | None = None  # "llamacpp": Vigil's engine beside llama.cpp's server, and nothing else
+
+    def __post_init__(self) -> None:
+        if self.peer not in PEERS:
+            raise ValueError(f"peer must be one of {', '.join(p for p in PEERS if p)} or none; was {self.peer!r}")
+
+
+PEERS = (None, "llamacpp")
+# (system, the key of Vigil's tokens/s over its tokens/s) of each kind of run
+OWN_RATIOS = (("hf_static", "ratio_vs_hf_static"), ("request_level", "ratio_vs_request_level"),
+              ("no_prefix_cache", "ratio_vs_no_prefix_cache"))
+PEER_RATIOS = (("llamacpp", "ratio_vs_llamacpp"),)
 
 
 @dataclass
@@ -249,40 +268,93 @@ def p99(xs: list[float]) -> float:
     return float(np.percentile(np.array(xs), 99))
 
 
-def run_llm_bench(opts: LLMBenchOptions, log: Callable[[str], None] = print) -> dict:
-    torch.manual_seed(opts.seed)
-    n = 16 if opts.quick else opts.num_requests
-    path = llm_version(ModelRepository(opts.repository), opts.model)
+def vigil_engine(opts: LLMBenchOptions, request_level: bool = False, prefix_caching: bool = True) -> LLMEngine:
+    cfg = EngineConfig(num_blocks=2048, block_size=16, max_num_seqs=opts.max_batch, max_step_tokens=512,
+                       request_level=request_level, prefix_caching=prefix_caching)
+    return load_llm(opts.repository, opts.model, opts.device, cfg, lora=False)  # the weights transformers runs
+
+
+def own_systems(opts: LLMBenchOptions, path: Path) -> dict[str, Callable[[list[Job]], tuple]]:
+    """Vigil's engine, its two ablations and transformers' static batching."""
     hf = reference_model(path, opts.device)
-    tok = Tokenizer(path)  # the bench only encodes prompts
     pad_id = hf.config.pad_token_id if hf.config.pad_token_id is not None else (hf.config.bos_token_id or 0)
-
-    def vigil(request_level: bool, prefix_caching: bool = True) -> LLMEngine:
-        cfg = EngineConfig(num_blocks=2048, block_size=16, max_num_seqs=opts.max_batch, max_step_tokens=512,
-                           request_level=request_level, prefix_caching=prefix_caching)
-        return load_llm(opts.repository, opts.model, opts.device, cfg, lora=False)  # the weights transformers runs
-
-    systems = {
-        "vigil": lambda jobs: run_vigil(vigil(False), jobs),
-        "no_prefix_cache": lambda jobs: run_vigil(vigil(False, prefix_caching=False), jobs),
-        "request_level": lambda jobs: run_vigil(vigil(True), jobs),
+    return {
+        "vigil": lambda jobs: run_vigil(vigil_engine(opts), jobs),
+        "no_prefix_cache": lambda jobs: run_vigil(vigil_engine(opts, prefix_caching=False), jobs),
+        "request_level": lambda jobs: run_vigil(vigil_engine(opts, request_level=True), jobs),
         "hf_static": lambda jobs: run_hf_static(hf, jobs, opts.max_batch, pad_id),
     }
+
+
+def peer_systems(opts: LLMBenchOptions, path: Path, tok: Tokenizer, stack: ExitStack,
+                 log: Callable[[str], None]) -> tuple[dict[str, Callable[[list[Job]], tuple]], dict]:
+    """Vigil's engine and llama.cpp's server on the same GGUF file, with torch's thread
+    count; the server stops when `stack` closes. Also what the result says of the peer."""
+    from bench.llamacpp_peer import N_CTX, LlamaCppServer, check_prompts, control_token_bias, run_llamacpp
+
+    gguf = version_file(path)
+    if gguf.suffix != ".gguf":
+        raise ValueError(f"--peer llamacpp serves a GGUF file; {opts.model} has none ({gguf}): "
+                         f"try --llm smollm2-135m-instruct")
+    if opts.device != "cpu":
+        raise ValueError(f"--peer llamacpp runs on the CPU (`make llamacpp` builds it without CUDA); "
+                         f"was --device {opts.device}: pass --device cpu")
+    num_threads = torch.get_num_threads()
+    server = stack.enter_context(LlamaCppServer(gguf, num_threads, N_CTX))
+    log(f"llama.cpp server on {gguf.name}, {num_threads} threads: {server.url} (log {server.log_path})")
+
+    def to_text(ids: list[int]) -> str:  # special tokens written out: the server's tokenizer reads them back
+        return tok.hf.decode(ids, skip_special_tokens=False)
+
+    check_prompts(server, [j.prompt for j in workload(tok, 1.0, 8, opts)], to_text)
+    bias = control_token_bias(gguf)
+    systems = {"vigil": lambda jobs: run_vigil(vigil_engine(opts), jobs),
+               "llamacpp": lambda jobs: run_llamacpp(server, jobs, to_text, bias)}
+    return systems, {"peer": opts.peer, "gguf": gguf.name, "num_threads": num_threads}
+
+
+def run_llm_bench(opts: LLMBenchOptions, log: Callable[[str], None] = print) -> dict:
+    if opts.peer == "llamacpp":
+        from bench.llamacpp_peer import require_llamacpp
+
+        require_llamacpp()  # before anything loads: one line that says how to install it
+    torch.manual_seed(opts.seed)
+    path = llm_version(ModelRepository(opts.repository), opts.model)
+    tok = Tokenizer(path)  # the bench only encodes prompts
+    with ExitStack() as stack:
+        if opts.peer:
+            systems, about = peer_systems(opts, path, tok, stack, log)
+            return measure(systems, tok, opts, log, PEER_RATIOS, about)
+        return measure(own_systems(opts, path), tok, opts, log, OWN_RATIOS, {})
+
+
+def measure(systems: dict[str, Callable[[list[Job]], tuple]], tok: Tokenizer, opts: LLMBenchOptions,
+            log: Callable[[str], None], ratios: tuple[tuple[str, str], ...], about: dict) -> dict:
+    """The bound from each system's time alone, then the rate searches, taking turns."""
+    n = 16 if opts.quick else opts.num_requests
     alone_job = [Job(0.0, workload(tok, 1.0, 1, opts)[0].prompt, opts.max_tokens)]
-    alone = {}
+    alone, decode_tps = {}, {}
     for name, run in systems.items():
         run(alone_job)  # warm-up: first calls, allocator, kernels
-        alone[name] = float(np.median([run(alone_job)[0][0] for _ in range(3)]))  # the bound hangs on it
+        runs = [run(alone_job) for _ in range(3)]
+        alone[name] = float(np.median([lats[0] for lats, *_ in runs]))  # the bound hangs on it
+        if about:  # both systems stream; a static batch has no decode of its own to time
+            decode_tps[name] = float(np.median([(opts.max_tokens - 1) / (lats[0] - firsts[0])
+                                                for lats, _, _, firsts in runs]))
     bound_s = opts.bound_factor * max(alone.values())
     log(f"one {opts.max_tokens}-token request alone: "
         + ", ".join(f"{k} {v:.2f} s" for k, v in alone.items()) + f"; p99 bound {bound_s:.2f} s")
 
     prompt_tokens = [len(j.prompt) for j in workload(tok, 1.0, 32, opts)]
-    out: dict = {"model": opts.model, "device": opts.device, "min_requests_per_trial": n, "trial_s": opts.trial_s,
-                 "max_batch": opts.max_batch, "output_tokens": [opts.min_tokens, opts.max_tokens],
+    out: dict = {"model": opts.model, "device": opts.device, **about, "min_requests_per_trial": n,
+                 "trial_s": opts.trial_s, "max_batch": opts.max_batch,
+                 "output_tokens": [opts.min_tokens, opts.max_tokens],
                  "prompt_tokens": [min(prompt_tokens), max(prompt_tokens)],
                  "alone_s": {k: round(v, 3) for k, v in alone.items()}, "p99_bound_s": round(bound_s, 3),
                  "systems": {}}
+    if decode_tps:
+        out["decode_tokens_per_s"] = {k: round(v, 1) for k, v in decode_tps.items()}
+        log("decode alone: " + ", ".join(f"{k} {v:.1f} tokens/s" for k, v in decode_tps.items()))
     trials: dict[str, list[dict]] = {name: [] for name in systems}
 
     def trial(name: str, rate: float) -> dict:
@@ -312,10 +384,13 @@ def run_llm_bench(opts: LLMBenchOptions, log: Callable[[str], None] = print) -> 
     for name in systems:
         out[f"{name}_tps"] = best[name]["tps"]
         out[f"{name}_p99_ms"] = _ms(best[name]["p99_s"])
-    for name, key in (("hf_static", "ratio_vs_hf_static"), ("request_level", "ratio_vs_request_level"),
-                      ("no_prefix_cache", "ratio_vs_no_prefix_cache")):
+    for name, key in ratios:
         out[key] = round(out["vigil_tps"] / out[f"{name}_tps"], 2) if out[f"{name}_tps"] else None
-    out["ttft_at_same_rate"] = same_rate_ttft(best["no_prefix_cache"], trial)
+    if decode_tps:
+        peer = ratios[0][0]
+        out[f"decode_ratio_vs_{peer}"] = round(decode_tps["vigil"] / decode_tps[peer], 2)
+    if "no_prefix_cache" in systems:
+        out["ttft_at_same_rate"] = same_rate_ttft(best["no_prefix_cache"], trial)
     return out
 
 
@@ -339,12 +414,16 @@ def format_llm_report(r: dict) -> str:
             f"(prompts {r['prompt_tokens'][0]}-{r['prompt_tokens'][1]} tokens, outputs {r['output_tokens'][0]}-"
             f"{r['output_tokens'][1]} tokens, Poisson arrivals)",
             f"{'system':18s}{'rate/s':>8s}{'tokens/s':>10s}{'p99 ms':>10s}{'TTFT ms':>10s}"]
-    for name in ("vigil", "no_prefix_cache", "request_level", "hf_static"):
-        b = r["systems"][name]["best"] or {}
+    for name, system in r["systems"].items():
+        b = system["best"] or {}
         rows.append(f"{name:18s}{b.get('rate_per_s', 0):8.2f}{b.get('tps', 0):10.1f}"
                     f"{(b.get('p99_s') or 0) * 1000:10.0f}{(b.get('mean_ttft_s') or 0) * 1000:10.0f}")
-    rows.append(f"ratio_vs_hf_static {r['ratio_vs_hf_static']}, ratio_vs_request_level {r['ratio_vs_request_level']}, "
-                f"ratio_vs_no_prefix_cache {r['ratio_vs_no_prefix_cache']}")
+    rows.append(", ".join(f"{key} {r[key]}" for key in r if key.startswith("ratio_vs_")))
+    if "decode_tokens_per_s" in r:
+        peer = r["peer"]
+        rows.append("one request alone, decode: " + ", ".join(f"{k} {v} tokens/s" for k, v in
+                                                               r["decode_tokens_per_s"].items())
+                    + f" (decode_ratio_vs_{peer} {r[f'decode_ratio_vs_{peer}']})")
     same = r.get("ttft_at_same_rate")
     if same:
         rows.append(f"mean TTFT at {same['rate_per_s']}/s: {same['with_cache_ms']} ms with the prefix cache, "

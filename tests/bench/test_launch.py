@@ -49,3 +49,24 @@ def test_a_killed_bench_takes_its_server_with_it():
     finally:
         if bench.poll() is None:
             bench.kill()
+
+
+@pytest.mark.slow
+def test_stopping_a_server_of_its_own_session_ends_what_it_started(tmp_path):
+    from bench.launch import Launched, free_ports
+
+    port = free_ports(1)[0]
+    script = f"sleep 600 & echo $! > child; exec {sys.executable} -m http.server {port} --bind 127.0.0.1"
+    server = Launched("http", ["sh", "-c", script], tmp_path, tmp_path / "server.log", f"http://127.0.0.1:{port}/",
+                      30, new_session=True, stop_timeout_s=5)
+    child = int((tmp_path / "child").read_text())
+    try:
+        assert alive(child)
+        server.stop()
+        deadline = time.monotonic() + 10
+        while alive(child) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not alive(child) and server.proc.poll() is not None
+    finally:
+        if alive(child):
+            os.kill(child, signal.SIGKILL)
