@@ -333,14 +333,18 @@ def measure(systems: dict[str, Callable[[list[Job]], tuple]], tok: Tokenizer, op
     """The bound from each system's time alone, then the rate searches, taking turns."""
     n = 16 if opts.quick else opts.num_requests
     alone_job = [Job(0.0, workload(tok, 1.0, 1, opts)[0].prompt, opts.max_tokens)]
-    alone, decode_tps = {}, {}
-    for name, run in systems.items():
+    for run in systems.values():
         run(alone_job)  # warm-up: first calls, allocator, kernels
-        runs = [run(alone_job) for _ in range(3)]
-        alone[name] = float(np.median([lats[0] for lats, *_ in runs]))  # the bound hangs on it
+    runs: dict[str, list[tuple]] = {name: [] for name in systems}
+    for _ in range(3):  # in turns, as the searches, so that a slow spell of the machine falls on all alike
+        for name, run in systems.items():
+            runs[name].append(run(alone_job))
+    alone, decode_tps = {}, {}
+    for name, mine in runs.items():
+        alone[name] = float(np.median([lats[0] for lats, *_ in mine]))  # the bound hangs on it
         if about:  # both systems stream; a static batch has no decode of its own to time
             decode_tps[name] = float(np.median([(opts.max_tokens - 1) / (lats[0] - firsts[0])
-                                                for lats, _, _, firsts in runs]))
+                                                for lats, _, _, firsts in mine]))
     bound_s = opts.bound_factor * max(alone.values())
     log(f"one {opts.max_tokens}-token request alone: "
         + ", ".join(f"{k} {v:.2f} s" for k, v in alone.items()) + f"; p99 bound {bound_s:.2f} s")

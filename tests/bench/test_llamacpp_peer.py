@@ -15,7 +15,7 @@ import pytest
 from bench import llamacpp_peer
 from bench.llamacpp_peer import (BAN, LlamaCppServer, PeerMissing, check_prompts, control_token_bias,
                                  require_llamacpp, run_llamacpp, server_command, stream_completion)
-from bench.llm import Job, LLMBenchOptions, format_llm_report, workload
+from bench.llm import PEER_RATIOS, Job, LLMBenchOptions, format_llm_report, measure, workload
 from support.processes import ROOT
 
 SMOLLM2 = ROOT / "configs" / "models" / "smollm2-135m-instruct" / "1"
@@ -131,6 +131,38 @@ def test_the_report_names_the_peer_and_both_decode_rates():
     text = format_llm_report(r)
     assert "llamacpp" in text and "ratio_vs_llamacpp None" in text
     assert "vigil 30.0 tokens/s, llamacpp 60.0 tokens/s (decode_ratio_vs_llamacpp 0.5)" in text
+
+
+class Words:
+    """A tokenizer without a chat template: a prompt's words are its ids."""
+    chat_template = None
+
+    def encode(self, text: str) -> list[int]:
+        return [len(w) for w in text.split()]
+
+
+def system(capacity: float, alone_s: float, first_s: float):
+    """A made-up system: one request alone takes `alone_s`, its first token `first_s`; a
+    trial keeps p99 at 1 s up to `capacity` requests/s, and its tokens/s follow the rate."""
+    def run(jobs: list[Job]) -> tuple:
+        if len(jobs) == 1:
+            return [alone_s], alone_s, jobs[0].num_out, [first_s]
+        rate = len(jobs) / jobs[-1].arrival_s
+        p99 = 1.0 if rate <= capacity * 1.05 else 99.0
+        return [p99] * len(jobs), 10.0 / rate, 100, [0.1] * len(jobs)
+    return run
+
+
+def test_a_peer_run_reports_goodput_at_equal_p99_and_both_decode_rates():
+    systems = {"vigil": system(4.0, alone_s=2.56, first_s=0.01), "llamacpp": system(2.0, alone_s=1.28, first_s=0.005)}
+    out = measure(systems, Words(), LLMBenchOptions(quick=True), lambda m: None, PEER_RATIOS, {"peer": "llamacpp"})
+    assert out["p99_bound_s"] == pytest.approx(4 * 2.56)
+    assert out["decode_tokens_per_s"] == {"vigil": pytest.approx(255 / 2.55, abs=0.1),
+                                          "llamacpp": pytest.approx(255 / 1.275, abs=0.1)}
+    assert out["decode_ratio_vs_llamacpp"] == 0.5
+    assert [t["rate_per_s"] for t in out["systems"]["vigil"]["trials"]] == [0.8, 1.6, 3.2, 6.4]
+    assert out["systems"]["llamacpp"]["best"]["rate_per_s"] == 1.6 and out["ratio_vs_llamacpp"] == 2.0
+    assert "ttft_at_same_rate" not in out and "ratio_vs_hf_static" not in out
 
 
 @pytest.mark.slow
