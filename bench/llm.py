@@ -271,7 +271,7 @@ def p99(xs: list[float]) -> float:
 def vigil_engine(opts: LLMBenchOptions, request_level: bool = False, prefix_caching: bool = True) -> LLMEngine:
     cfg = EngineConfig(num_blocks=2048, block_size=16, max_num_seqs=opts.max_batch, max_step_tokens=512,
                        request_level=request_level, prefix_caching=prefix_caching)
-    return load_llm(opts.repository, opts.model, opts.device, cfg, lora=False)  # the weights transformers runs
+    return load_llm(opts.repository, opts.model, opts.device, cfg, adapters=False)  # the weights transformers runs
 
 
 def own_systems(opts: LLMBenchOptions, path: Path) -> dict[str, Callable[[list[Job]], tuple]]:

@@ -57,7 +57,7 @@ def models_table(body: dict) -> str:
     for m in body.get("data", []):
         license_ = (m.get("license") or {}).get("spdx")
         if m.get("kind") == "llm":
-            kind = "llm" + (", answers" if m.get("answers") else "") + (f", lora {m['lora']}" if m.get("lora") else "")
+            kind = ("llm" if not m.get("parent") else f"lora of {m['parent']}") + (", answers" if m.get("answers") else "")
             rows.append([m["id"], kind, None, "served", None, license_, None])
             continue
         labels = " ".join(f"{k}={v}" for k, v in sorted(m.get("labels", {}).items()))

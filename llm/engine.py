@@ -26,14 +26,16 @@ from typing import Callable
 
 import torch
 
+from llm.adapters import AdapterError, AdapterSet
 from llm.cuda_graphs import StepGraphs
 from llm.kv_cache import KVCacheManager, new_kv_cache, prepare_inputs
 from llm.metrics import LLMMetrics
-from llm.model import LlamaModel
+from llm.model import LlamaModel, LoraStep
 from llm.requests import LLMRequest, RequestHandle
 from llm.sampling import SamplingParams, sample
 from llm.scheduler import Sampled, Scheduler
 from llm.step_plan import SchedulerConfig, blocks_for
+from llm.structured import Grammars
 from llm.tokenizer import Tokenizer
 
 log = logging.getLogger("vigil.llm")
@@ -56,6 +58,9 @@ class EngineConfig:
     max_waiting: int | None = None  # requests that may wait to run; past it add_request raises EngineFull
     min_share: float = 0.1  # of device time owed to LLM steps when a vision engine shares the device
     prefix_caching: bool = True  # full blocks of K/V are kept by their prefix and reused (llm/block_pool.py)
+    max_loras: int = 8  # LoRA adapters held at once (llm/adapters.py)
+    max_lora_rank: int = 64
+    jump_forward: bool = True  # a structured output's forced tokens join without a pass each (llm/structured.py)
 
     def scheduler(self) -> SchedulerConfig:
         return SchedulerConfig(self.block_size, self.max_num_seqs, self.max_step_tokens, self.request_level)
@@ -64,22 +69,24 @@ class EngineConfig:
 class LLMEngine:
     def __init__(self, model: LlamaModel, tokenizer: Tokenizer, config: EngineConfig | None = None,
                  name: str = "llm", clock: Callable[[], float] = time.monotonic, arbiter=None,
-                 metrics: LLMMetrics | None = None, lora: str | None = None) -> None:
+                 metrics: LLMMetrics | None = None) -> None:
         self.model = model
         self.tokenizer = tokenizer
-        self.lora = lora  # the LoRA adapter merged into the model's weights, by name
         self.config = config or EngineConfig()
         self.name = name
         self.clock = clock
         self.arbiter = arbiter  # engine.arbiter.DeviceArbiter of a shared device, or None
         self.metrics = metrics or LLMMetrics(model=name)
         device = model.embed_tokens.weight.device
+        self.adapters = AdapterSet(model.cfg, device, self.config.max_loras, self.config.max_lora_rank)
+        self.grammars = Grammars(tokenizer, model.cfg.vocab_size)
+        self._bitmask: torch.Tensor | None = None  # token masks of a step's constrained rows, allocated once
         # one block more than the pool hands out: scratch for the padding rows of a captured step
         self.kv = new_kv_cache(model.cfg, self.config.num_blocks + 1, self.config.block_size, str(device))
         self.scheduler = Scheduler(self.config.scheduler(), KVCacheManager(self.config.num_blocks,
                                                                           self.config.block_size,
                                                                           self.config.prefix_caching),
-                                   tokenizer, self.metrics, clock)
+                                   tokenizer, self.metrics, clock, self.config.jump_forward)
         self._ids = itertools.count()
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
@@ -104,9 +111,11 @@ class LLMEngine:
 
     # -- requests -----------------------------------------------------------------------------------
     def add_request(self, prompt: str | list[int], params: SamplingParams | None = None, priority: int = 0,
-                    request_id: str | None = None, stream: bool = True) -> RequestHandle:
+                    request_id: str | None = None, stream: bool = True, lora: str | None = None) -> RequestHandle:
         """`stream=False`: the text comes in one piece when the request ends (no text is
-        decoded token by token unless stop strings need it)."""
+        decoded token by token unless stop strings need it). `lora`: the loaded adapter
+        it runs with (None: the base model). A structured output's grammar is compiled
+        here, on the caller's thread (ConstraintError when it cannot be)."""
         params = params or SamplingParams()
         ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
         if not ids:
@@ -119,7 +128,12 @@ class LLMEngine:
             raise ValueError(f"prompt: token ids {bad[:5]} are outside the vocabulary "
                              f"(0..{self.model.cfg.vocab_size - 1})")
         rid = request_id or f"{self.name}-{next(self._ids)}"
-        req = LLMRequest(rid, ids, params, priority, self.clock(), stream=stream)
+        req = LLMRequest(rid, ids, params, priority, self.clock(), stream=stream, lora=lora)
+        if params.constraint is not None:
+            req.grammar = self.grammars.state(params.constraint)
+            if self.config.jump_forward:  # what the grammar forces first is computed with the prompt
+                req.output_ids = req.grammar.forced(self.tokenizer, params.max_tokens - 1)
+                req.num_forced = len(req.output_ids)
         if params.seed is not None:
             req.generator = torch.Generator(device=self.kv.device).manual_seed(params.seed)
         with self._cond:
@@ -128,6 +142,10 @@ class LLMEngine:
                 self.metrics.rejected.inc()
                 raise EngineFull(f"{waiting} LLM requests are waiting already (the most allowed); "
                                  "try again shortly")
+            if lora is not None:
+                if lora not in self.adapters.loaded:  # unloaded meanwhile
+                    raise AdapterError(f"no adapter {lora!r} on {self.name}; loaded: {sorted(self.adapters.loaded)}")
+                req.cache_salt = self.adapters.salts[lora]
             self.scheduler.add_request(req)
             self.metrics.prompt_tokens.inc(len(ids))
             self._cond.notify_all()
@@ -137,6 +155,24 @@ class LLMEngine:
         with self._cond:
             self.scheduler.abort(request_id)
             self._cond.notify_all()
+
+    # -- adapters -----------------------------------------------------------------------------------
+    def load_lora(self, name: str, folder) -> None:
+        """Serve the LoRA adapter at `folder` as `name` (AdapterError or CheckpointError
+        say why not); it is read outside the lock, so steps go on meanwhile."""
+        adapter = self.adapters.read(name, folder)
+        with self._cond:
+            if name in self.adapters.loaded:
+                raise AdapterError(f"adapter {name!r} is loaded already; unload it first")
+            self.adapters.add(adapter)
+
+    def unload_lora(self, name: str) -> None:
+        """Stop serving adapter `name`; refused while requests use it."""
+        with self._cond:
+            using = [r for r in (*self.scheduler.waiting.values(), *self.scheduler.running.values()) if r.lora == name]
+            if using:
+                raise AdapterError(f"adapter {name!r} is in use by {len(using)} requests; unload it when they end")
+            self.adapters.remove(name)
 
     def has_work(self) -> bool:
         with self._cond:
@@ -199,24 +235,28 @@ class LLMEngine:
         aborted meanwhile, and take effect at the next step."""
         with self._cond:
             scheduled = self.scheduler.schedule()
+            lora = self.adapters.step([(req.lora, n) for req, n in scheduled]) if scheduled else None
         if not scheduled:
             return []
-        logits = self._execute(scheduled)
+        logits = self._execute(scheduled, lora)
         with self._cond:
             finished = self.scheduler.update_from_output(scheduled, self._sample(scheduled, logits))
             self.num_steps += 1
         return finished
 
-    def _execute(self, scheduled: list[tuple[LLMRequest, int]]) -> torch.Tensor:
+    def _execute(self, scheduled: list[tuple[LLMRequest, int]], lora: LoraStep | None) -> torch.Tensor:
         """The logits of each scheduled request's last token this step: [len(scheduled), vocab]."""
         inputs = prepare_inputs(scheduled, self.config.block_size)
-        if self.graphs is not None and inputs.num_tokens <= self.graphs.max_tokens:
+        if self.graphs is not None and lora is None and inputs.num_tokens <= self.graphs.max_tokens:
             return self.graphs.run(inputs)
-        return self.model(inputs.batch(self.config.block_size, self.kv.device), self.kv)
+        batch = inputs.batch(self.config.block_size, self.kv.device)
+        batch.lora = lora
+        return self.model(batch, self.kv)
 
     def _sample(self, scheduled: list[tuple[LLMRequest, int]], logits: torch.Tensor) -> list[Sampled]:
         """Each scheduled request's next token where this step reaches its end; None for
         a prefill chunk; the error where its sampling failed (that request alone)."""
+        self._mask_constrained(scheduled, logits)
         greedy = logits.argmax(dim=-1).tolist()  # one call for the whole batch, not one per request
         out: list[Sampled] = []
         for k, ((req, n), best) in enumerate(zip(scheduled, greedy)):
@@ -229,3 +269,19 @@ class LLMEngine:
                 log.warning("LLM request %s failed in sampling: %s", req.request_id, exc)
                 out.append(exc)
         return out
+
+    def _mask_constrained(self, scheduled: list[tuple[LLMRequest, int]], logits: torch.Tensor) -> None:
+        """Forbid, in each constrained request's row that samples this step, the tokens its
+        grammar does not allow; the other rows are not touched."""
+        rows = [k for k, (req, n) in enumerate(scheduled)
+                if req.grammar is not None and self.scheduler.completes(req, n)]
+        if not rows:
+            return
+        import xgrammar as xgr
+
+        if self._bitmask is None:
+            self._bitmask = self.grammars.bitmask(self.config.max_num_seqs)
+        mask = self._bitmask[:len(scheduled)]
+        for k in rows:
+            scheduled[k][0].grammar.fill(mask, k)
+        xgr.apply_token_bitmask_inplace(logits, mask.to(logits.device, non_blocking=True), indices=rows)

@@ -95,10 +95,11 @@ class KVCacheManager:
 
     def names(self, request: "LLMRequest", num_blocks: int) -> list[bytes]:
         """The names of the request's first `num_blocks` full blocks (kept on the request:
-        its tokens never change, so neither do they)."""
+        its tokens never change, so neither do they). The first block's parent is the
+        request's adapter as loaded: the same tokens through another adapter have other K/V."""
         have = request.block_names
         for i in range(len(have), num_blocks):
-            have.append(chain_hash(have[-1] if have else None, request.token_ids(i * self.block_size,
+            have.append(chain_hash(have[-1] if have else request.cache_salt, request.token_ids(i * self.block_size,
                                                                                  self.block_size)))
         return have[:num_blocks]
 

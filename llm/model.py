@@ -21,6 +21,7 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import torch
 import torch.nn.functional as F
@@ -112,6 +113,14 @@ class LlamaConfig:
         return () if e is None else tuple(e) if isinstance(e, list) else (int(e),)
 
 
+class LoraStep(Protocol):
+    """A step's LoRA updates (llm/adapters.py): what projection `group` of layer `layer`
+    adds to its output for input `x` [T, in], each token through its request's adapter;
+    None when no adapter in the step adapts that group."""
+
+    def delta(self, group: str, layer: int, x: torch.Tensor) -> torch.Tensor | None: ...
+
+
 @dataclass
 class SeqBatch:
     """One scheduled request's slice of the flattened batch."""
@@ -129,6 +138,7 @@ class Batch:
     seqs: list[SeqBatch]
     slots: torch.Tensor  # [T] int64: cache slot each token's K/V is written to
     block_size: int
+    lora: LoraStep | None = None  # the step's LoRA adapters, per token
 
 
 class Workspace:
@@ -324,7 +334,8 @@ class LlamaModel(nn.Module):
         pre_tables = [torch.tensor(s.block_table[:-(-s.context_len // bs)], device=device) for s in prefill]
         last = torch.tensor([s.start + s.num_tokens - 1 for s in batch.seqs], device=device)  # before the
         # layers: a copy to the device queued after them would wait for them
-        x = self._layers(batch.token_ids, batch.positions, batch.slots, bs, kv, dec, list(zip(prefill, pre_tables)))
+        x = self._layers(batch.token_ids, batch.positions, batch.slots, bs, kv, dec, list(zip(prefill, pre_tables)),
+                         batch.lora)
         return self.lm_head(self.norm(x[last]))
 
     @torch.inference_mode()
@@ -342,9 +353,10 @@ class LlamaModel(nn.Module):
 
     def _layers(self, token_ids: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor, bs: int,
                 kv: torch.Tensor, dec: "DecodeAttention | None",
-                prefill: list[tuple[SeqBatch, torch.Tensor]]) -> torch.Tensor:
+                prefill: list[tuple[SeqBatch, torch.Tensor]], lora: LoraStep | None = None) -> torch.Tensor:
         """Every layer over the flattened tokens [T]: writes each token's K/V to its slot,
-        attends (decode rows through `dec`, each prefill chunk against its own blocks)."""
+        attends (decode rows through `dec`, each prefill chunk against its own blocks);
+        `lora` adds each token's adapter's update to the projections."""
         cos_all, sin_all = self.rope()
         cos, sin = cos_all[positions], sin_all[positions]
         x = self.embed_tokens(token_ids)  # [T, H]
@@ -354,7 +366,8 @@ class LlamaModel(nn.Module):
             h = layer.input_layernorm(x)
             t = h.shape[0]
             nq, nkv = layer.num_heads * layer.head_dim, layer.num_kv * layer.head_dim
-            qk, v = F.linear(h, layer.qkv_weight, layer.qkv_bias).split((nq + nkv, nkv), dim=-1)
+            qkv = _adapted(F.linear(h, layer.qkv_weight, layer.qkv_bias), lora, "qkv", i, h)
+            qk, v = qkv.split((nq + nkv, nkv), dim=-1)
             qk = qk.reshape(t, layer.num_heads + layer.num_kv, layer.head_dim)
             if layer.q_norm is not None:
                 qk = torch.cat([layer.q_norm(qk[:, :layer.num_heads]), layer.k_norm(qk[:, layer.num_heads:])], 1)
@@ -375,11 +388,20 @@ class LlamaModel(nn.Module):
                                 for j in (0, 1))  # [kv_heads, C, d]
                 qs = q[s.start:s.start + s.num_tokens]
                 out[s.start:s.start + s.num_tokens] = _attend(qs, keys, values, layer, s.context_len)
-            x = x + layer.o_proj(out.reshape(t, -1))
+            out = out.reshape(t, -1)
+            x = x + _adapted(layer.o_proj(out), lora, "o", i, out)
             h = layer.post_attention_layernorm(x)
-            gate, up = F.linear(h, layer.gate_up_weight).chunk(2, dim=-1)
-            x = x + layer.down_proj(F.silu(gate) * up)
+            gate, up = _adapted(F.linear(h, layer.gate_up_weight), lora, "gate_up", i, h).chunk(2, dim=-1)
+            act = F.silu(gate) * up
+            x = x + _adapted(layer.down_proj(act), lora, "down", i, act)
         return x
+
+
+def _adapted(y: torch.Tensor, lora: LoraStep | None, group: str, layer: int, x: torch.Tensor) -> torch.Tensor:
+    """A projection's output `y` of input `x`, plus its LoRA update for the tokens whose
+    request runs an adapter of that projection."""
+    delta = None if lora is None else lora.delta(group, layer, x)
+    return y if delta is None else y + delta
 
 
 @dataclass

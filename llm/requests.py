@@ -17,6 +17,7 @@ import torch
 
 from llm.sampling import SamplingParams
 from llm.step_plan import SeqState
+from llm.structured import GrammarState
 
 
 @dataclass
@@ -42,6 +43,10 @@ class LLMRequest:
     block_names: list[bytes] = field(default_factory=list)  # prefix-cache names of its full blocks, as computed
     num_named_blocks: int = 0  # of `blocks`, those given their names in the cache
     generator: torch.Generator | None = None
+    grammar: GrammarState | None = None  # a structured output's place in its grammar
+    lora: str | None = None  # the adapter it runs with, by name (None: the base model)
+    cache_salt: bytes | None = None  # its first prefix-cache block's parent: the adapter's, as loaded
+    num_forced: int = 0  # output tokens the grammar forced (jump-forward), computed without a pass each
     text: str = ""  # detokenized output so far (stop strings cut here)
     prefix_offset: int = 0  # incremental detokenization: output_ids[prefix_offset:read_offset] were
     read_offset: int = 0  # decoded last time, as the context for the next piece

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 
 import torch
 
+from llm.structured import Constraint
+
 # Below this a temperature is greedy: dividing logits by 1e-300 overflows to inf and
 # the softmax to NaN (vLLM draws the line at the same place).
 GREEDY_BELOW = 1e-5
@@ -22,6 +24,7 @@ class SamplingParams:
     seed: int | None = None
     stop: tuple[str, ...] = ()
     ignore_eos: bool = False  # benchmarks: generate exactly max_tokens
+    constraint: Constraint | None = None  # structured output (llm/structured.py)
 
     def __post_init__(self) -> None:
         if self.max_tokens < 1:
@@ -32,6 +35,9 @@ class SamplingParams:
             raise ValueError(f"top_p must be in (0, 1]; was {self.top_p}")
         if any(not s for s in self.stop):
             raise ValueError("stop strings must not be empty")
+        if self.constraint is not None and self.ignore_eos:
+            raise ValueError("ignore_eos cannot be combined with a structured output, which ends where its "
+                             "grammar does")
 
     @property
     def greedy(self) -> bool:

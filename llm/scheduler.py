@@ -30,8 +30,9 @@ Sampled = Union[int, None, Exception]
 
 class Scheduler:
     def __init__(self, config: SchedulerConfig, kv_cache: KVCacheManager, tokenizer: Tokenizer,
-                 metrics: LLMMetrics, clock: Callable[[], float]) -> None:
+                 metrics: LLMMetrics, clock: Callable[[], float], jump_forward: bool = True) -> None:
         self.config = config
+        self.jump_forward = jump_forward  # structured outputs: forced tokens join without a pass each
         self.kv_cache = kv_cache
         self.tokenizer = tokenizer
         self.metrics = metrics
@@ -96,6 +97,10 @@ class Scheduler:
                 continue
             req.output_ids.append(token)
             generated += 1
+            if req.grammar is not None and not req.grammar.accept(token):
+                self.finish(req, "error", f"token {token} is outside the structured output's grammar")
+                finished.append(req)
+                continue
             if req.first_token_s is None:
                 req.first_token_s = now
                 self.metrics.ttft.observe(now - req.arrival)
@@ -103,6 +108,9 @@ class Scheduler:
                 self.metrics.itl.observe(now - req.last_token_s)
             req.last_token_s = now
             reason = check_stop(req, token, self.tokenizer)
+            if reason is None and req.grammar is not None:
+                reason, forced = self._jump_forward(req)
+                generated += forced
             if reason is not None:
                 self.finish(req, reason)
                 finished.append(req)
@@ -111,6 +119,23 @@ class Scheduler:
         self.metrics.generation_tokens.inc(generated)
         self.report()
         return finished
+
+    def _jump_forward(self, req: LLMRequest) -> tuple[str | None, int]:
+        """Appends what the request's grammar forces next (llm/structured.py); (the finish
+        reason if it ends the request, the tokens appended)."""
+        if req.grammar.terminated:  # a grammar that ends without a stop token
+            req.text = self.tokenizer.decode(req.output_ids)
+            return "stop", 0
+        if not self.jump_forward:
+            return None, 0
+        forced = req.grammar.forced(self.tokenizer, req.params.max_tokens - len(req.output_ids))
+        for k, token in enumerate(forced):
+            req.output_ids.append(token)
+            req.num_forced += 1
+            reason = check_stop(req, token, self.tokenizer)
+            if reason is not None:
+                return reason, k + 1
+        return None, len(forced)
 
     def completes(self, req: LLMRequest, n: int) -> bool:
         """Whether computing `n` more tokens reaches the request's end, so that the step

@@ -9,6 +9,7 @@ The OpenAI protocol over it lives in the server (vigil/openai_protocol.py).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from llm.checkpoint import load_checkpoint
@@ -41,12 +42,55 @@ def llm_version(repository: ModelRepository, name: str) -> Path:
     return repository.folder(name, selected[-1])
 
 
+def model_id(base: str, adapter: str | None) -> str:
+    """The id a model is served under: the base's name, or `<base>:<adapter>`."""
+    return base if adapter is None else f"{base}:{adapter}"
+
+
+def split_id(served: str) -> tuple[str, str | None]:
+    """(the base LLM, the adapter or None) of a served id."""
+    base, _, adapter = served.partition(":")
+    return base, adapter or None
+
+
+@dataclass(frozen=True)
+class ServedModel:
+    """One served id: an engine, and the adapter its requests run with (None: the base)."""
+
+    engine: LLMEngine
+    adapter: str | None = None
+
+    @property
+    def id(self) -> str:
+        return model_id(self.engine.name, self.adapter)
+
+    @property
+    def tokenizer(self):
+        return self.engine.tokenizer
+
+    @property
+    def tuned(self) -> bool:
+        """Through an adapter, trained on Vigil's own prompts (llm/prompts.py asks it without worked examples)."""
+        return self.adapter is not None
+
+    def add_request(self, prompt, params=None, **options):
+        return self.engine.add_request(prompt, params, lora=self.adapter, **options)
+
+
 def load_llm(root: Path, name: str, device: str = "cpu", config: EngineConfig | None = None, arbiter=None,
-             metrics=None, lora: bool = True) -> LLMEngine:
-    """The engine of LLM `name` of the repository at `root` (not started), with the LoRA
-    adapter its model_config.yaml names merged in (`lora=False`: the base model alone)."""
+             metrics=None, adapters: bool = True, merged: str | None = None) -> LLMEngine:
+    """The engine of LLM `name` of the repository at `root` (not started), serving each
+    LoRA adapter its model_config.yaml names, chosen per request (`adapters=False`: the
+    base model alone). `merged`: that adapter merged into the weights instead (the
+    baseline a benchmark compares per-request adapters with)."""
     repository = ModelRepository(root)
     path = llm_version(repository, name)
-    adapter = repository.config(name).lora if lora else None
-    model, tok = load_checkpoint(path, device, repository.root / name / adapter if adapter else None)
-    return LLMEngine(model, tok, config, name=name, arbiter=arbiter, metrics=metrics, lora=adapter)
+    folders = repository.config(name).adapters
+    if merged is not None and merged not in folders:
+        raise FileNotFoundError(f"{repository.root / name / 'model_config.yaml'}: no adapter {merged!r}; "
+                                f"adapters: {sorted(folders)}")
+    model, tok = load_checkpoint(path, device, repository.root / name / folders[merged] if merged else None)
+    engine = LLMEngine(model, tok, config, name=name, arbiter=arbiter, metrics=metrics)
+    for adapter, folder in (folders.items() if adapters and merged is None else ()):
+        engine.load_lora(adapter, repository.root / name / folder)
+    return engine

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Annotated, Any, Literal, get_args
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -212,10 +212,12 @@ class ModelConfig(BaseModel):
                                                       "string is short for {all: true}")
     labels: dict[str, int] = Field(default_factory=dict, description="label -> version, e.g. {stable: 1, canary: 2}; "
                                    "apps may name a label as model_version")
-    lora: str | None = Field(None, pattern=r"^[A-Za-z0-9_.-]+$", max_length=100,
-                             description="an LLM's LoRA adapter: a folder beside model_config.yaml in peft's format "
-                                         "(adapter_config.json, adapter_model.safetensors), merged into the weights "
-                                         "of the version served when it loads")
+    adapters: dict[Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]{1,64}$")],
+                   Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]{1,100}$")]] = Field(
+        default_factory=dict, max_length=8,
+        description="an LLM's LoRA adapters, name -> a folder beside model_config.yaml in peft's format "
+                    "(adapter_config.json, adapter_model.safetensors); each is served unmerged as `<model>:<name>`, "
+                    "chosen per request")
     license: ModelLicense | None = Field(None, description="the weights' licence (every bundled model states one)")
 
     @field_validator("version_policy", mode="before")

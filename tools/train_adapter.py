@@ -85,7 +85,7 @@ def main() -> int:
     torch.manual_seed(args.seed)
     started = time.time()
     repository = ModelRepository(args.models)
-    out = repository.root / args.llm / (repository.config(args.llm).lora or "lora")
+    out = repository.root / args.llm / repository.config(args.llm).adapters.get("scene", "scene-lora")
     gguf = next(llm_version(repository, args.llm).glob("*.gguf"))
     base = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
     tokenizer = Tokenizer(gguf, eos_ids=(base.config.eos_token_id,))

@@ -20,27 +20,28 @@ from vigil.api_docs import docs_router
 from vigil.auth import require_key
 from vigil.dashboard import dashboard_router
 from vigil.http_guard import UPLOAD_PATH, BodyGuard, Upload
-from vigil.openapi import document_errors
+from vigil.openapi import document_errors, error_body
 from vigil.prom import ServiceCollector
-from vigil.routes import apps, cluster, config, events, llm, models, openai, sinks, streams, system
+from vigil.routes import apps, cluster, config, events, llm, lora, models, openai, sinks, streams, system
 from vigil.service import Vigil
 from vigil.settings import Settings
 from vigil.services.errors import ServiceError
 from vigil.storage import StorageFull
 
 
-async def _service_error(_: Request, exc: ServiceError) -> JSONResponse:
-    return JSONResponse({"detail": str(exc)}, status_code=exc.status, headers=exc.headers)
+async def _service_error(request: Request, exc: ServiceError) -> JSONResponse:
+    return JSONResponse(error_body(request.url.path, exc.status, str(exc)), status_code=exc.status,
+                        headers=exc.headers)
 
 
 async def _storage_full(_: Request, exc: StorageFull) -> JSONResponse:
     return JSONResponse({"detail": str(exc)}, status_code=507)
 
 
-async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
     # FastAPI's locations start with where the field was (body, query, path)
     errors = [{**e, "loc": tuple(e.get("loc", ())[1:]) or ("body",)} for e in exc.errors()]
-    return JSONResponse({"detail": format_errors(errors)}, status_code=422)
+    return JSONResponse(error_body(request.url.path, 422, format_errors(errors)), status_code=422)
 
 
 def build_app(service: Vigil, lifespan=None) -> FastAPI:
@@ -63,7 +64,7 @@ def build_routes(settings: Settings, lifespan=None) -> FastAPI:
                        chunk_timeout_s=limits.header_timeout_s,
                        upload=Upload(UPLOAD_PATH, limits.max_model_upload_bytes, settings.authorized))
     for router in (system.router, streams.router, apps.router, models.router, events.router, config.router,
-                   sinks.router, cluster.router):
+                   sinks.router, cluster.router, lora.router):
         app.include_router(router)
     llm_key = [] if settings.open_llm_routes else [Depends(require_key)]  # generating is the costliest request
     app.include_router(openai.router, dependencies=llm_key)

@@ -13,7 +13,7 @@ from llm.embedder import Embedder
 from llm.prompts import answer_request
 from llm.qa import answer
 from llm.sampling import SamplingParams
-from llm.serving import load_llm
+from llm.serving import ServedModel, load_llm, split_id
 from vigil.settings import ANSWERER
 
 
@@ -47,8 +47,8 @@ def load_events(path: Path) -> list[dict]:
 def ask_offline(question: str, source: str, out_root: Path, models: Path, device: str = "auto",
                 log: Callable[[str], None] = print, engine=None, embedder: Embedder | None = None,
                 llm: str = ANSWERER) -> dict:
-    """`engine`: one to step by the caller; else LLM `llm` of the repository is loaded for
-    this question."""
+    """`engine`: a ServedModel to step by the caller; else LLM `llm` of the repository
+    (`<model>:<adapter>` for one of its adapters) is loaded for this question."""
     from engine.device import resolve_device
 
     device = resolve_device(device) if device else "cpu"
@@ -56,25 +56,30 @@ def ask_offline(question: str, source: str, out_root: Path, models: Path, device
     events = load_events(events_path)
     own = engine is None
     if own:
+        name, adapter = split_id(llm)
         try:
-            engine = load_llm(models, llm, device)
+            loaded = load_llm(models, name, device)
         except (FileNotFoundError, ValueError) as exc:
             raise AskError(f"LLM {llm}: {exc}") from None
+        if adapter is not None and adapter not in loaded.adapters.loaded:
+            loaded.close()
+            raise AskError(f"LLM {llm}: {name} has no adapter {adapter!r}; adapters: {loaded.adapters.names()}")
+        engine = ServedModel(loaded, adapter)
     try:
         def generate(prompt: str | list[int]) -> str:
             handle = engine.add_request(prompt, SamplingParams(max_tokens=64, stop=("\n",)), stream=False)
             if own:
-                while engine.has_work():
-                    engine.step()
+                while engine.engine.has_work():
+                    engine.engine.step()
             return handle.result(120).text
 
         lines = sorted({n for s in specs for n in s.lines})
         zones = sorted({n for s in specs for n in s.zones})
         try:
             return answer(question, events, [], generate, lines, zones, embedder,
-                          prompt=lambda agg, q: answer_request(engine.tokenizer, agg, q, engine.lora is not None))
+                          prompt=lambda agg, q: answer_request(engine.tokenizer, agg, q, engine.tuned))
         except ValueError as exc:
             raise AskError(f"question: {exc}") from None
     finally:
         if own:
-            engine.close()
+            engine.engine.close()

@@ -28,8 +28,7 @@ from llm.engine import EngineConfig
 from llm.facts import SceneFacts, caption_agrees, caption_text
 from llm.prompts import caption_request
 from llm.sampling import SamplingParams
-from llm.serving import load_llm
-from models.repository import ModelRepository
+from llm.serving import ServedModel, load_llm
 
 if TYPE_CHECKING:
     from vigil.tracking_eval import Clip
@@ -90,19 +89,20 @@ class Stepped:
     """An engine stepped by hand to the end of each request (ask_offline steps only the
     engines it owns)."""
 
-    def __init__(self, engine) -> None:
-        self.engine = engine
-        self.tokenizer = engine.tokenizer
-        self.lora = engine.lora
+    def __init__(self, served: ServedModel) -> None:
+        self.served = served
+        self.tokenizer = served.tokenizer
+        self.tuned = served.tuned
 
     def add_request(self, *args, **kwargs):
-        handle = self.engine.add_request(*args, **kwargs)
-        while self.engine.has_work():
-            self.engine.step()
+        handle = self.served.add_request(*args, **kwargs)
+        engine = self.served.engine
+        while engine.has_work():
+            engine.step()
         return handle
 
 
-def eval_answers(engine, clips: list["Clip"], models: Path, out: Path, device: str,
+def eval_answers(served: ServedModel, clips: list["Clip"], models: Path, out: Path, device: str,
                  log: Callable[[str], None]) -> dict:
     from vigil.ask import ask_offline
 
@@ -110,7 +110,7 @@ def eval_answers(engine, clips: list["Clip"], models: Path, out: Path, device: s
     misses = []
     for clip in clips:
         for question, expected in clip_questions(clip.truth, random.Random(QUESTION_SEED)):
-            got = ask_offline(question, str(clip.video), out, models, device, log=log, engine=Stepped(engine))
+            got = ask_offline(question, str(clip.video), out, models, device, log=log, engine=Stepped(served))
             figure = re.search(r"\d+:\d\d|\d+", got["answer"])
             ok = expected is None or (figure is not None and close_figure(figure.group(0), expected))
             by_model = got["grounding"] == "model"
@@ -124,12 +124,11 @@ def eval_answers(engine, clips: list["Clip"], models: Path, out: Path, device: s
             "written_share": round(written / max(1, asked), 3), "not_written": misses[:20]}
 
 
-def eval_captions(engine, facts: list[SceneFacts]) -> dict:
-    tuned = engine.lora is not None
+def eval_captions(served: ServedModel, facts: list[SceneFacts]) -> dict:
     params = SamplingParams(max_tokens=96, stop=("\n",))
-    handles = [engine.add_request(caption_request(engine.tokenizer, f, tuned), params) for f in facts]
-    while engine.has_work():
-        engine.step()
+    handles = [served.add_request(caption_request(served.tokenizer, f, served.tuned), params) for f in facts]
+    while served.engine.has_work():
+        served.engine.step()
     captions = [h.result(5).text.strip() for h in handles]
     agree = [caption_agrees(c, f) for f, c in zip(facts, captions)]
     exact = [c == caption_text(f) for f, c in zip(facts, captions)]
@@ -139,24 +138,25 @@ def eval_captions(engine, facts: list[SceneFacts]) -> dict:
 
 
 def eval_llm(models: Path, name: str, device: str, clips: list["Clip"], log: Callable[[str], None]) -> dict:
-    adapter = ModelRepository(models).config(name).lora
+    """LLM `name` through each of its adapters, then the base model alone, by served id."""
     facts = held_out_facts(CAPTION_SEEDS, RANDOM_WINDOWS)
     results = {}
-    with tempfile.TemporaryDirectory(prefix="vigil-eval-llm-") as out:
-        for lora in ([True, False] if adapter else [True]):
-            label = f"{name}+{adapter}" if lora and adapter else name
-            try:
-                engine = load_llm(models, name, device, EngineConfig(num_blocks=1024, block_size=16), lora=lora)
-            except FileNotFoundError as exc:
-                raise ValueError(f"LLM {name}: {exc}") from None
-            try:
-                log(f"{label}: captions of {len(facts)} held-out windows ...")
-                captions = eval_captions(engine, facts)
-                log(f"{label}: {captions['agreeing']}/{captions['windows']} captions agree with their facts")
-                answers = eval_answers(engine, clips, models, Path(out), device, log)
-                log(f"{label}: {answers['written_by_model']}/{answers['questions']} answers written by the model")
-            finally:
-                engine.close()
-            results[label] = {"lora": adapter if lora else None, "captions": captions, "answers": answers}
+    try:
+        engine = load_llm(models, name, device, EngineConfig(num_blocks=1024, block_size=16))
+    except FileNotFoundError as exc:
+        raise ValueError(f"LLM {name}: {exc}") from None
+    try:
+        with tempfile.TemporaryDirectory(prefix="vigil-eval-llm-") as out:
+            for adapter in (*engine.adapters.names(), None):
+                served = ServedModel(engine, adapter)
+                log(f"{served.id}: captions of {len(facts)} held-out windows ...")
+                captions = eval_captions(served, facts)
+                log(f"{served.id}: {captions['agreeing']}/{captions['windows']} captions agree with their facts")
+                answers = eval_answers(served, clips, models, Path(out), device, log)
+                log(f"{served.id}: {answers['written_by_model']}/{answers['questions']} answers written by the "
+                    "model")
+                results[served.id] = {"lora": adapter, "captions": captions, "answers": answers}
+    finally:
+        engine.close()
     return {"llm": name, "caption_seeds": list(CAPTION_SEEDS), "clips": [c.video.name for c in clips],
             "results": results}

@@ -1,6 +1,7 @@
 """The OpenAPI document says what the server does: every error is `{"detail": "..."}`
-(one line per problem, naming the field), with the statuses a route can answer, and a
-405 lists every method of the path in `Allow`."""
+(one line per problem, naming the field; on the OpenAI routes also as OpenAI's
+`error`), with the statuses a route can answer, and a 405 lists every method of the
+path in `Allow`."""
 
 from __future__ import annotations
 
@@ -12,8 +13,21 @@ from starlette.routing import Match
 
 from vigil.auth import require_key
 
-ERROR = {"type": "object", "required": ["detail"], "properties": {"detail": {"type": "string"}},
-         "title": "Error"}
+ERROR = {"type": "object", "required": ["detail"], "title": "Error", "properties": {
+    "detail": {"type": "string"},
+    "error": {"type": "object", "description": "on the OpenAI routes: the same, in OpenAI's shape",
+              "properties": {"message": {"type": "string"}, "type": {"type": "string"}, "code": {"type": "integer"}}}}}
+# routes an OpenAI client calls: their errors also come in OpenAI's shape, which its exceptions read
+OPENAI_PATHS = frozenset({"/v1/completions", "/v1/chat/completions", "/v1/load_lora_adapter",
+                          "/v1/unload_lora_adapter"})
+
+
+def error_body(path: str, status: int, message: str) -> dict:
+    body = {"detail": message}
+    if path in OPENAI_PATHS:
+        kind = "invalid_request_error" if status < 500 else "server_error"
+        body["error"] = {"message": message, "type": kind, "code": status}
+    return body
 # statuses any route may answer (the guard in front of every route, a full disk, a bug)
 COMMON = {400: "malformed body", 404: "no such thing", 408: "the body stalled", 409: "conflict or a limit reached",
           413: "body over limits.max_body_bytes", 422: "invalid field: the message names it",

@@ -21,7 +21,7 @@ from models.repository import MODELS_DIR
 from streams.urls import ALL_SCHEMES, DEFAULT_SCHEMES, SourcePolicy
 
 ROOT = Path(__file__).resolve().parents[1]  # the checkout: its configs and sample videos
-ANSWERER = "smollm2-135m-instruct"  # the LLM that writes captions and answers offline (`vigil ask --source`)
+ANSWERER = "smollm2-135m-instruct:scene"  # the LLM that writes captions and answers offline (`vigil ask --source`)
 DEFAULT_CONFIG = ROOT / "configs" / "vigil.yaml"
 SAMPLES_DIR = ROOT / "sample_videos"
 
@@ -210,8 +210,10 @@ class Settings(BaseModel):
     block_frames: int = Field(4, ge=1, le=1024, description="a frame block holds at most this many frames")
     rollup_interval_s: float = Field(5.0, gt=0, le=3600, description="how often per-app metric windows are "
                                      "stored")
-    llm_model: str | None = Field("scene-lm", description="LLM in the model repository that writes captions and "
-                                  "answers /v1/ask (also served on the OpenAI routes); null: no LLM")
+    llm_model: str | None = Field("scene-lm", pattern=r"^[A-Za-z0-9_.-]{1,100}(:[A-Za-z0-9_.-]{1,64})?$",
+                                  description="the served LLM that writes captions and answers /v1/ask: a model of "
+                                  "the repository, or `<model>:<adapter>` for one of its LoRA adapters (all of them "
+                                  "are served on the OpenAI routes too); null: no LLM")
     llm_models: list[Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]{1,100}$")]] = Field(
         default_factory=list, max_length=8, description="more LLMs of the model repository served beside llm_model "
         "on the OpenAI routes (a request names one as its `model`); they share the device's LLM time")
@@ -244,8 +246,8 @@ class Settings(BaseModel):
         return self
 
     def served_llms(self) -> list[str]:
-        """llm_model first, then llm_models."""
-        return ([self.llm_model] if self.llm_model else []) + list(self.llm_models)
+        """The LLMs loaded: llm_model's first, then llm_models."""
+        return ([self.llm_model.partition(":")[0]] if self.llm_model else []) + list(self.llm_models)
 
     def authorized(self, authorization: str | None) -> bool:
         """An `Authorization` header (or gRPC metadata) value is good when no keys are

@@ -18,7 +18,9 @@ MODELS = {"object": "list", "data": [
     {"id": "yolo", "kind": "vision", "versions_on_disk": [1], "loaded": [], "labels": {}, "license": None,
      "error": "yolo/1/model.yaml: output: a yolo output is [batch, 4 + 3 classes, boxes]; the model gave [1, 9, 6]"
               " for a batch of 1", "fragments": {}},
-    {"id": "smollm2-135m-instruct", "kind": "llm", "lora": "scene-lora", "answers": True,
+    {"id": "smollm2-135m-instruct", "kind": "llm", "parent": None, "answers": False,
+     "license": {"spdx": "Apache-2.0", "authors": "HF"}},
+    {"id": "smollm2-135m-instruct:scene", "kind": "llm", "parent": "smollm2-135m-instruct", "answers": True,
      "license": {"spdx": "Apache-2.0", "authors": "HF"}},
 ]}
 METRICS = {"app": "lobby", "slo_ms": 1000.0, "slo_attainment": 0.4861, "slo_attainment_1m": 0.5,
@@ -47,7 +49,8 @@ def test_models_list_shows_versions_labels_the_licence_and_why_a_load_failed_not
     assert table[0] == ["name", "kind", "on disk", "loaded", "labels", "licence", "last error"]
     assert table[1] == ["coco", "vision", "1, 2", "2", "canary=2 stable=1", "MIT", "-"]
     assert table[2][:6] == ["yolo", "vision", "1", "-", "-", "-"] and table[2][6].startswith("yolo/1/model.yaml")
-    assert table[3][:2] == ["smollm2-135m-instruct", "llm, answers, lora scene-lora"] and "Apache-2.0" in table[3]
+    assert table[3][:2] == ["smollm2-135m-instruct", "llm"] and "Apache-2.0" in table[3]
+    assert table[4][:2] == ["smollm2-135m-instruct:scene", "lora of smollm2-135m-instruct, answers"]
     assert "profile" not in text and "latency_ms" not in text
     # the reason cut to fit its column is printed whole below the table
     assert text.split("\n\n")[1] == f"yolo: {MODELS['data'][1]['error']}"

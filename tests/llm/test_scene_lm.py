@@ -80,6 +80,7 @@ def test_captions_name_the_right_classes_and_counts(engine):
 def test_answers_about_a_clip_are_exactly_right(engine, bundled_clips, tmp_path):
     import json
 
+    from llm.serving import ServedModel
     from vigil.ask import ask_offline
 
     clip = bundled_clips[1]
@@ -87,7 +88,7 @@ def test_answers_about_a_clip_are_exactly_right(engine, bundled_clips, tmp_path)
     questions = [(q, e) for q, e in clip_questions(truth, random.Random(2)) if e is not None]
     right = written = 0
     for question, expected in questions:
-        out = ask_offline(question, str(clip), tmp_path, MODELS, "cpu", log=lambda m: None, engine=Stepped(engine))
+        out = ask_offline(question, str(clip), tmp_path, MODELS, "cpu", log=lambda m: None, engine=Stepped(ServedModel(engine)))
         figure = re.search(r"\d+:\d\d|\d+", out["answer"])
         ok = figure is not None and close_figure(figure.group(0), expected)
         right += ok

@@ -34,13 +34,17 @@ def list_models(service: ServiceDep) -> dict:
     OpenAI-style list (`id`, `object`, `owned_by`) with Vigil's fields (`kind`: vision |
     llm; `license`, the weights' licence from model_config.yaml; a vision model's `error`,
     what is wrong with its files or why its last load failed; an LLM's `lora`, the adapter
-    merged into it, and `answers`, whether it writes captions and answers /v1/ask)."""
+    and each of its LoRA adapters, `<llm>:<adapter>` with its `parent`; `answers`: whether
+    it writes captions and answers /v1/ask)."""
     data = [{"id": m["name"], "object": "model", "created": 0, "owned_by": "vigil", "kind": "vision", **m}
             for m in service.models.list()]
-    for llm in service.llm.engines.values():
-        data.append({"id": llm.name, "object": "model", "created": 0, "owned_by": "vigil", "kind": "llm",
-                     "max_model_len": llm.max_model_len, "lora": llm.lora, "answers": llm is service.llm.engine,
-                     "license": service.models.license(llm.name)})
+    answering = service.llm.engine.id if service.llm.engine is not None else None
+    for served in service.llm.served_ids():
+        llm = service.llm.engine_for(served)
+        data.append({"id": served, "object": "model", "created": 0, "owned_by": "vigil", "kind": "llm",
+                     "root": llm.engine.name, "parent": llm.engine.name if llm.adapter else None,
+                     "max_model_len": llm.engine.max_model_len, "answers": served == answering,
+                     "license": service.models.license(llm.engine.name)})
     return {"object": "list", "data": data}
 
 

@@ -1,6 +1,11 @@
 """OpenAI-compatible completions: /v1/completions and /v1/chat/completions (SSE
 streaming ending in `data: [DONE]`), thin adapters over vigil/openai_protocol.py.
 
+A request names a served id as its `model`: an LLM's base model, or `<llm>:<adapter>`
+for one of its LoRA adapters (vigil/routes/lora.py loads and unloads them); its
+`response_format` (or vLLM's `structured_outputs`, `guided_*`) holds the output to a
+JSON schema, a regex, choices or a grammar (400 when that cannot be).
+
 Generating is the most expensive thing a client can ask for, so these routes are
 included behind the API key (unless `open_llm_routes`), their bodies are bounded (the
 protocol's models), the engine's waiting queue is bounded (503 with Retry-After past
@@ -20,7 +25,7 @@ from llm.engine import EngineFull
 from vigil import openai_protocol as protocol
 from vigil.routes.deps import ServiceDep
 from vigil.service import Vigil
-from vigil.services.errors import GenerationError, Invalid, Overloaded
+from vigil.services.errors import BadRequest, GenerationError, Invalid, Overloaded
 
 router = APIRouter(prefix="/v1", tags=["llm"])
 
@@ -45,9 +50,12 @@ async def chat_completions(body: protocol.ChatCompletionRequest, request: Reques
 
 
 async def _run(request: Request, service: Vigil, body: protocol.CompletionRequest | protocol.ChatCompletionRequest):
-    engine = service.llm.engine_for(body.model)
-    try:
-        c = protocol.start(engine, body, service.settings.limits.max_prompt_chars)
+    served = service.llm.engine_for(body.model)
+    try:  # on a thread: a structured output's grammar compiles on admission
+        c = await asyncio.to_thread(protocol.start, served.engine, body, service.settings.limits.max_prompt_chars,
+                                    adapter=served.adapter)
+    except protocol.StructuredOutputError as exc:
+        raise BadRequest(str(exc)) from None
     except protocol.RequestError as exc:
         raise Invalid(str(exc)) from None
     except EngineFull as exc:

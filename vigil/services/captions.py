@@ -12,10 +12,11 @@ import queue
 import threading
 
 from llm.captions import FactsCollector
-from llm.engine import EngineFull, LLMEngine
+from llm.engine import EngineFull
 from llm.facts import caption_agrees, caption_text, facts_text
 from llm.prompts import caption_request
 from llm.sampling import SamplingParams
+from llm.serving import ServedModel
 from vigil.storage import Storage, StorageFull
 
 log = logging.getLogger("vigil.services.captions")
@@ -28,13 +29,13 @@ class Captions:
     def __init__(self, storage: Storage, every_s: float) -> None:
         self.storage = storage
         self.every_ms = every_s * 1000.0  # 0: never
-        self._engine: LLMEngine | None = None  # set by start(), once the LLM is loaded
+        self._engine: ServedModel | None = None  # set by start(), once the LLM is loaded
         self._facts: dict[str, FactsCollector] = {}  # stream -> its facts since the last caption
         self._pending: queue.Queue = queue.Queue()  # (facts, handle) in the order they were asked
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._store_loop, name="captions", daemon=True)
 
-    def start(self, engine: LLMEngine) -> None:
+    def start(self, engine: ServedModel) -> None:
         self._engine = engine
         self._thread.start()
 
@@ -50,7 +51,7 @@ class Captions:
         if done is None:
             return
         try:
-            prompt = caption_request(engine.tokenizer, done, tuned=engine.lora is not None)
+            prompt = caption_request(engine.tokenizer, done, tuned=engine.tuned)
             handle = engine.add_request(prompt, SamplingParams(max_tokens=96, stop=("\n",)), priority=CAPTION_PRIORITY,
                                         stream=False)
         except EngineFull:

@@ -1,6 +1,7 @@
 """The mistakes a service reports, each with the status every transport maps it to.
 
-`Forbidden` (403: the limits do not allow it), `NotFound` (404, also for a name in a
+`BadRequest` (400: a request the OpenAI protocol refuses as OpenAI does), `Forbidden`
+(403: the limits do not allow it), `NotFound` (404, also for a name in a
 body that names nothing), `Conflict` (409), `Invalid` (422, naming the field),
 `TooLarge` (413), `Overloaded` (503, with Retry-After), `Unauthorized` (401).
 """
@@ -11,6 +12,10 @@ from __future__ import annotations
 class ServiceError(Exception):
     status = 400
     headers: dict[str, str] | None = None
+
+
+class BadRequest(ServiceError):
+    status = 400
 
 
 class Unauthorized(ServiceError):

@@ -13,18 +13,20 @@ import logging
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
 
 from engine.arbiter import DeviceArbiter
 from llm.embedder import Embedder
+from llm.adapters import AdapterError
 from llm.engine import EngineConfig, EngineFull, LLMEngine
 from llm.metrics import LLMMetrics, LLMSeries
 from llm.prompts import answer_request
 from llm.qa import answer
 from llm.sampling import SamplingParams
-from llm.serving import load_llm
+from llm.serving import ServedModel, load_llm, model_id, split_id
 from vigil.services.apps import AppService
 from vigil.services.captions import Captions
-from vigil.services.errors import NotFound, Overloaded
+from vigil.services.errors import Conflict, Forbidden, Invalid, NotFound, Overloaded
 from vigil.services.streams import StreamService
 from vigil.settings import Settings
 from vigil.storage import Storage
@@ -47,8 +49,8 @@ class LLMService:
         self.captions = captions
         self.streams = streams
         self.apps = apps
-        self.engine: LLMEngine | None = None  # llm_model's, set by load(): captions and questions
-        self.engines: dict[str, LLMEngine] = {}  # every LLM loaded, by name
+        self.engine: ServedModel | None = None  # llm_model's, set by load(): captions and questions
+        self.engines: dict[str, LLMEngine] = {}  # every LLM loaded, by its base model's name
         self._embedder: Embedder | None = None
         self._embedder_lock = threading.Lock()
         self._asks = ThreadPoolExecutor(ASK_THREADS, thread_name_prefix="ask")
@@ -60,7 +62,8 @@ class LLMService:
         logged (the rest of the server runs without it)."""
         config = EngineConfig(max_waiting=self.settings.limits.max_waiting_llm_requests,
                               min_share=self.settings.llm_min_share)
-        for name in self.settings.served_llms():
+        for served in self.settings.served_llms():
+            name = split_id(served)[0]
             try:
                 engine = load_llm(self.settings.model_repository, name, self.device, config, arbiter=self.arbiter,
                                   metrics=LLMMetrics(self.series, name)).start()
@@ -68,21 +71,72 @@ class LLMService:
                 log.warning("LLM %s not loaded: %s", name, exc)
                 continue
             self.engines[name] = engine
-            log.info("LLM %s loaded%s", name, f" with its adapter {engine.lora}" if engine.lora else "")
-        self.engine = self.engines.get(self.settings.llm_model or "")
+            adapters = engine.adapters.names()
+            log.info("LLM %s loaded%s", name, f" with its adapters {', '.join(adapters)}" if adapters else "")
+        if self.settings.llm_model:
+            try:
+                self.engine = self.engine_for(self.settings.llm_model)
+            except NotFound as exc:
+                log.warning("llm_model %s not served: %s", self.settings.llm_model, exc)
         if self.engine is not None:
             self.captions.start(self.engine)
 
-    def engine_for(self, model: str | None = None) -> LLMEngine:
-        """The LLM engine serving `model` (None: llm_model's)."""
+    def served_ids(self) -> list[str]:
+        """Every id served: each LLM's base model, then each of its adapters."""
+        return [model_id(name, adapter) for name, engine in self.engines.items()
+                for adapter in (None, *engine.adapters.names())]
+
+    def engine_for(self, model: str | None = None) -> ServedModel:
+        """The engine and adapter serving id `model` (None: llm_model's)."""
         if model is None:
             if self.engine is None:
                 raise Overloaded("the LLM is not loaded (yet); see /readyz and the server log")
             return self.engine
-        engine = self.engines.get(model)
+        name, adapter = split_id(model)
+        engine = self.engines.get(name)
+        if engine is None or (adapter is not None and adapter not in engine.adapters.loaded):
+            raise NotFound(f"model: no LLM {model!r}; served: {self.served_ids()}")
+        return ServedModel(engine, adapter)
+
+    def load_adapter(self, served: str, folder: Path) -> str:
+        """Serve the LoRA adapter at `folder` (within the model repository) as `served`
+        (`<llm>:<adapter>`, or a bare adapter name for llm_model's base); its id."""
+        name, adapter = split_id(served) if ":" in served else (self._default_base(), served)
+        engine = self.engines.get(name)
         if engine is None:
-            raise NotFound(f"model: no LLM {model!r}; served: {sorted(self.engines)}")
-        return engine
+            raise NotFound(f"lora_name: no LLM {name!r} to adapt; served: {sorted(self.engines)}")
+        root = self.settings.model_repository.resolve()
+        path = (folder if folder.is_absolute() else root / name / folder).resolve()
+        if not path.is_relative_to(root):
+            raise Forbidden(f"lora_path: {folder} is outside the model repository ({root}); adapters load from "
+                            "within it")
+        if not path.is_dir():
+            raise NotFound(f"lora_path: no folder {path}")
+        try:
+            engine.load_lora(adapter, path)
+        except AdapterError as exc:
+            raise Conflict(str(exc)) from None
+        except ValueError as exc:  # CheckpointError: what does not fit its base
+            raise Invalid(f"lora_path: {exc}") from None
+        return model_id(name, adapter)
+
+    def unload_adapter(self, served: str) -> str:
+        name, adapter = split_id(served) if ":" in served else (self._default_base(), served)
+        engine = self.engines.get(name)
+        if engine is None or adapter not in engine.adapters.loaded:
+            raise NotFound(f"lora_name: no adapter {served!r}; served: {self.served_ids()}")
+        if self.engine is not None and self.engine.engine is engine and self.engine.adapter == adapter:
+            raise Conflict(f"lora_name: {served} writes captions and answers /v1/ask (llm_model); it stays")
+        try:
+            engine.unload_lora(adapter)
+        except AdapterError as exc:
+            raise Conflict(str(exc)) from None
+        return model_id(name, adapter)
+
+    def _default_base(self) -> str:
+        if not self.settings.llm_model:
+            raise NotFound("lora_name: name the LLM as <llm>:<adapter> (no llm_model is set)")
+        return split_id(self.settings.llm_model)[0]
 
     def submit_ask(self, question: str, stream: str | None = None, since_ms: float | None = None,
                    until_ms: float | None = None) -> Future:
@@ -102,14 +156,14 @@ class LLMService:
     def ask(self, question: str, stream: str | None = None, since_ms: float | None = None,
             until_ms: float | None = None) -> dict:
         """An answer from the stored events and captions, with citations."""
-        engine = self.engine_for()
+        served = self.engine_for()
         if stream is not None and stream not in self.streams.names():
             raise NotFound(f"no stream {stream!r}")
         lines, zones = self.apps.lines_and_zones()
 
         def generate(prompt: str | list[int]) -> str:
             try:
-                handle = engine.add_request(prompt, SamplingParams(max_tokens=64, stop=("\n",)),
+                handle = served.add_request(prompt, SamplingParams(max_tokens=64, stop=("\n",)),
                                             priority=ASK_PRIORITY, stream=False)
             except EngineFull as exc:
                 raise Overloaded(str(exc)) from None
@@ -118,7 +172,7 @@ class LLMService:
         events = self.storage.window_events(stream, since_ms, until_ms)  # the window only, by index
         return answer(question, events, self.storage.captions(stream), generate, lines, zones,
                       self._sentence_embedder, stream, since_ms, until_ms,
-                      prompt=lambda agg, q: answer_request(engine.tokenizer, agg, q, engine.lora is not None),
+                      prompt=lambda agg, q: answer_request(served.tokenizer, agg, q, served.tuned),
                       now_ms=time.time() * 1000.0)
 
     def close(self) -> None:
