@@ -40,6 +40,7 @@ the bound stream their tokens, so each also gives the single-request decode rate
 
 from __future__ import annotations
 
+import os
 import random
 import threading
 import time
@@ -310,7 +311,8 @@ def peer_systems(opts: LLMBenchOptions, path: Path, tok: Tokenizer, stack: ExitS
     bias = control_token_bias(gguf)
     systems = {"vigil": lambda jobs: run_vigil(vigil_engine(opts), jobs),
                "llamacpp": lambda jobs: run_llamacpp(server, jobs, to_text, bias)}
-    return systems, {"peer": opts.peer, "gguf": gguf.name, "num_threads": num_threads}
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None  # a `taskset` shows here
+    return systems, {"peer": opts.peer, "gguf": gguf.name, "num_threads": num_threads, "cpus": cpus}
 
 
 def run_llm_bench(opts: LLMBenchOptions, log: Callable[[str], None] = print) -> dict:
