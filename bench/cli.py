@@ -16,10 +16,11 @@ from vigil.settings import MODELS_DIR
 def register(sub) -> None:
     bench = sub.add_parser("bench", help="side-by-side benchmarks, reported as ratios",
                            description="Benchmarks that time Vigil against baselines in one run.")
-    bench.add_argument("target", choices=["ingest", "runtime", "engine", "llm", "serve", "cluster"],
+    bench.add_argument("target", choices=["ingest", "runtime", "engine", "llm", "llm-features", "serve", "cluster"],
                        help="ingest: vigil run vs a plain decode+detect loop; runtime: a model through the engine "
                             "vs its network exported to ONNX and run by onnxruntime a frame at a time; engine: scheduling policies and peers; "
-                            "llm: iteration-level vs static and request-level batching; serve: `vigil serve` with "
+                            "llm: iteration-level vs static and request-level batching; llm-features: what "
+                            "structured outputs and per-request LoRA adapters cost the LLM engine; serve: `vigil serve` with "
                             "1 to 16 cameras sharing a model, beside the engine alone; cluster: the scheduler, "
                             "backends and routers on a local Ray cluster of 4 nodes, Ray Serve on the same "
                             "workload, the real SceneDet on an engine backend, and `vigil serve --cluster` beside "
@@ -147,6 +148,21 @@ def _run(args: argparse.Namespace) -> dict | int:
             print(f"error: {exc}", file=sys.stderr)
             return 1
         print(format_llm_report(result), file=sys.stderr)
+    elif args.target == "llm-features":
+        from bench.llm_features import FeaturesBenchOptions, format_features_report, run_features_bench
+        from engine.device import resolve_device
+
+        llm = "smollm2-135m-instruct" if args.llm == "scene-lm" else args.llm  # scene-lm has no adapters
+        try:
+            options = FeaturesBenchOptions(quick=args.quick, repository=args.models_dir, model=llm,
+                                           device=resolve_device(args.device), max_batch=args.max_batch,
+                                           requests=args.max_batch,
+                                           **({"structured_requests": 200, "out_tokens": 96} if args.quick else {}))
+            result = run_features_bench(options, log=lambda m: print(m, file=sys.stderr, flush=True))
+        except (ValueError, FileNotFoundError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+        print(format_features_report(result), file=sys.stderr)
     elif args.target == "serve":
         from bench.serve import ServeBenchOptions, format_serve_report, run_serve_bench
         from engine.device import resolve_device

@@ -7,7 +7,7 @@ of every adapter and projection one under the other ([C, in], C columns of rank)
 the B matrices likewise ([C, out], each projection's B in its own output columns,
 scaled). A step's tokens each belong to one request and so to one adapter or none;
 `step` builds, per group, a [T, C] mask of the columns each token's adapter owns, and
-the layer adds `((h @ A.T) * mask) @ B`: every adapter's low-rank update in the same
+the layer adds `((h @ A.T) * mask) @ B` to the projection's output in place: every adapter's low-rank update in the same
 two matmuls, whatever the mix (the batched form of S-LoRA's and Punica's kernels, which
 a CPU runs best as dense matmuls over a few dozen columns). A step without adapted
 requests builds nothing and costs nothing.
@@ -37,8 +37,8 @@ class AdapterError(ValueError):
 
 @dataclass(frozen=True)
 class Stack:
-    """One group's stacked adapters: per layer A [C, in] and B [C, out]; `owner` [C]: the
-    slot of the adapter each column belongs to."""
+    """One group's stacked adapters: per layer A, transposed, [in, C] and B [C, out];
+    `owner` [C]: the slot of the adapter each column belongs to."""
 
     a: list[torch.Tensor]
     b: list[torch.Tensor]
@@ -53,11 +53,13 @@ class AdapterStep:
     stacks: dict[str, Stack]
     masks: dict[str, torch.Tensor]
 
-    def delta(self, group: str, layer: int, h: torch.Tensor) -> torch.Tensor | None:
+    def add(self, group: str, layer: int, x: torch.Tensor, y: torch.Tensor) -> None:
         stack = self.stacks.get(group)
         if stack is None:
-            return None
-        return ((h @ stack.a[layer].T) * self.masks[group]) @ stack.b[layer]
+            return
+        low = x @ stack.a[layer]  # [T, C]
+        low.mul_(self.masks[group])
+        y.addmm_(low, stack.b[layer])  # in place: no [T, out] update allocated, then added
 
 
 class AdapterSet:
@@ -134,7 +136,7 @@ class AdapterSet:
                     wide[:, start:start + width] = b.T
                     a_rows.append(a)
                     b_rows.append(wide)
-                a_layers.append(torch.cat(a_rows).to(self.device))
+                a_layers.append(torch.cat(a_rows).T.contiguous().to(self.device))
                 b_layers.append(torch.cat(b_rows).to(self.device))
             owner = torch.tensor([slot for slot, adapter, _ in parts for _ in range(adapter.rank)], device=self.device)
             stacks[group] = Stack(a_layers, b_layers, owner)

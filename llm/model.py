@@ -114,11 +114,11 @@ class LlamaConfig:
 
 
 class LoraStep(Protocol):
-    """A step's LoRA updates (llm/adapters.py): what projection `group` of layer `layer`
-    adds to its output for input `x` [T, in], each token through its request's adapter;
-    None when no adapter in the step adapts that group."""
+    """A step's LoRA updates (llm/adapters.py): adds to projection `group`'s output `y`
+    [T, out] of layer `layer`, in place, its update for input `x` [T, in], each token
+    through its request's adapter (nothing where no adapter in the step adapts it)."""
 
-    def delta(self, group: str, layer: int, x: torch.Tensor) -> torch.Tensor | None: ...
+    def add(self, group: str, layer: int, x: torch.Tensor, y: torch.Tensor) -> None: ...
 
 
 @dataclass
@@ -398,10 +398,11 @@ class LlamaModel(nn.Module):
 
 
 def _adapted(y: torch.Tensor, lora: LoraStep | None, group: str, layer: int, x: torch.Tensor) -> torch.Tensor:
-    """A projection's output `y` of input `x`, plus its LoRA update for the tokens whose
-    request runs an adapter of that projection."""
-    delta = None if lora is None else lora.delta(group, layer, x)
-    return y if delta is None else y + delta
+    """A projection's output `y` of input `x`, plus (in place) its LoRA update for the
+    tokens whose request runs an adapter of that projection."""
+    if lora is not None:
+        lora.add(group, layer, x, y)
+    return y
 
 
 @dataclass

@@ -85,6 +85,9 @@ NOT_RUN = {
         "even --quick --scenario single --no-ray --no-triton took 3.3 minutes on two shared cores",
     "vigil bench llm [--json FILE] [--quick] [--device auto|cpu|cuda] [--trial-s S] [--max-batch N]":
         "even --quick --trial-s 1 --max-batch 4 searches three systems' rates: over 6 minutes on two shared cores",
+    "vigil bench llm-features [--quick] [--json FILE] [--device auto|cpu|cuda] [--max-batch N]":
+        "even --quick runs SmolLM2 through seven closed batches and 200 structured requests: over 5 minutes on "
+        "two shared cores; tests/llm/test_lora.py and tests/llm/test_structured.py check what it measures",
     "vigil bench runtime [--json FILE] [--detector coco] [--repeats N] [--max-frames N]":
         "even --repeats 1 --max-frames 4 profiles both of coco's versions at every batch size in the engine: "
         "107 s on two shared cores; tests/bench/test_runtime.py checks its plain side against the model",
