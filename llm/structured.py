@@ -135,7 +135,7 @@ def _refs(node: Any) -> set[str]:
 def _recursive_ref(schema: dict) -> list[str]:
     """A cycle of local references (#, #/$defs/X, #/definitions/X), or []."""
     defs = {f"#/{where}/{name}": body for where in ("$defs", "definitions")
-            for name, body in (schema.get(where) or {}).items()} if isinstance(schema, dict) else {}
+            if isinstance(schema.get(where), dict) for name, body in schema[where].items()}
     edges = {ref: _refs(body) for ref, body in defs.items()}
     edges["#"] = _refs(schema)
     path: list[str] = []
@@ -251,7 +251,7 @@ def _compile(compiler, c: Constraint):
         if c.kind == "choice":
             return compiler.compile_grammar("root ::= " + " | ".join(json.dumps(x) for x in json.loads(c.spec)))
         return compiler.compile_grammar(c.spec)
-    except (RuntimeError, ValueError) as exc:
+    except Exception as exc:  # the backend's verdict on a user's spec, whatever its type: never a 500
         reason = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
         if "] " in reason and reason.startswith("["):  # xgrammar's "[time] file.cc:line: " prefix
             reason = reason.split(": ", 1)[-1]

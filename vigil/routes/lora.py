@@ -26,8 +26,9 @@ class LoadAdapterIn(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
     lora_name: str = Field(pattern=SERVED_ID, description="`<llm>:<adapter>`, or `<adapter>` for llm_model's LLM")
-    lora_path: str = Field(min_length=1, max_length=1024, description="the adapter's folder (peft's format), "
-                           "within the model repository; relative: to the LLM's folder")
+    lora_path: str = Field(min_length=1, max_length=1024, pattern=r"^[^\x00]+$",
+                           description="the adapter's folder (peft's format), within the model repository; "
+                                       "relative: to the LLM's folder")
 
 
 class UnloadAdapterIn(BaseModel):

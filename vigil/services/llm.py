@@ -106,7 +106,10 @@ class LLMService:
         if engine is None:
             raise NotFound(f"lora_name: no LLM {name!r} to adapt; served: {sorted(self.engines)}")
         root = self.settings.model_repository.resolve()
-        path = (folder if folder.is_absolute() else root / name / folder).resolve()
+        try:
+            path = (folder if folder.is_absolute() else root / name / folder).resolve()
+        except (OSError, RuntimeError) as exc:  # a loop of links, a name too long
+            raise Invalid(f"lora_path: {folder}: {exc}") from None
         if not path.is_relative_to(root):
             raise Forbidden(f"lora_path: {folder} is outside the model repository ({root}); adapters load from "
                             "within it")
