@@ -35,7 +35,7 @@ from llm.requests import LLMRequest, RequestHandle
 from llm.sampling import SamplingParams, sample
 from llm.scheduler import Sampled, Scheduler
 from llm.step_plan import SchedulerConfig, blocks_for
-from llm.structured import Grammars
+from llm.structured import Grammars, Unsatisfiable
 from llm.tokenizer import Tokenizer
 
 log = logging.getLogger("vigil.llm")
@@ -256,12 +256,16 @@ class LLMEngine:
     def _sample(self, scheduled: list[tuple[LLMRequest, int]], logits: torch.Tensor) -> list[Sampled]:
         """Each scheduled request's next token where this step reaches its end; None for
         a prefill chunk; the error where its sampling failed (that request alone)."""
-        self._mask_constrained(scheduled, logits)
+        failed: dict[int, Exception] = {}
+        self._mask_constrained(scheduled, logits, failed)
         greedy = logits.argmax(dim=-1).tolist()  # one call for the whole batch, not one per request
         out: list[Sampled] = []
         for k, ((req, n), best) in enumerate(zip(scheduled, greedy)):
             if not self.scheduler.completes(req, n):
                 out.append(None)
+                continue
+            if k in failed:
+                out.append(failed[k])
                 continue
             try:
                 out.append(best if req.params.greedy else sample(logits[k], req.params, req.generator))
@@ -270,9 +274,11 @@ class LLMEngine:
                 out.append(exc)
         return out
 
-    def _mask_constrained(self, scheduled: list[tuple[LLMRequest, int]], logits: torch.Tensor) -> None:
+    def _mask_constrained(self, scheduled: list[tuple[LLMRequest, int]], logits: torch.Tensor,
+                          failed: dict[int, Exception]) -> None:
         """Forbid, in each constrained request's row that samples this step, the tokens its
-        grammar does not allow; the other rows are not touched."""
+        grammar does not allow; the other rows are not touched. A row whose grammar allows
+        no token goes into `failed`."""
         rows = [k for k, (req, n) in enumerate(scheduled)
                 if req.grammar is not None and self.scheduler.completes(req, n)]
         if not rows:
@@ -282,6 +288,12 @@ class LLMEngine:
         if self._bitmask is None:
             self._bitmask = self.grammars.bitmask(self.config.max_num_seqs)
         mask = self._bitmask[:len(scheduled)]
+        masked = []
         for k in rows:
-            scheduled[k][0].grammar.fill(mask, k)
-        xgr.apply_token_bitmask_inplace(logits, mask.to(logits.device, non_blocking=True), indices=rows)
+            try:
+                scheduled[k][0].grammar.fill(mask, k)
+                masked.append(k)
+            except Unsatisfiable as exc:
+                failed[k] = exc
+        if masked:
+            xgr.apply_token_bitmask_inplace(logits, mask.to(logits.device, non_blocking=True), indices=masked)

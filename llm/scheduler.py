@@ -21,6 +21,7 @@ from llm.kv_cache import KVCacheManager
 from llm.metrics import LLMMetrics
 from llm.requests import LLMRequest
 from llm.step_plan import SchedulerConfig, schedule
+from llm.structured import UNSATISFIABLE, Unsatisfiable
 from llm.tokenizer import Tokenizer
 
 # a scheduled request's outcome of a step: its sampled token, None for a prefill chunk
@@ -92,7 +93,7 @@ class Scheduler:
             if token is None or req.request_id in self._aborted:
                 continue
             if isinstance(token, Exception):
-                self.finish(req, "error", str(token))
+                self.finish(req, UNSATISFIABLE if isinstance(token, Unsatisfiable) else "error", str(token))
                 finished.append(req)
                 continue
             req.output_ids.append(token)
@@ -109,7 +110,12 @@ class Scheduler:
             req.last_token_s = now
             reason = check_stop(req, token, self.tokenizer)
             if reason is None and req.grammar is not None:
-                reason, forced = self._jump_forward(req)
+                try:
+                    reason, forced = self._jump_forward(req)
+                except Exception as exc:  # the grammar backend failed this request: it fails alone
+                    self.finish(req, "error", f"structured output: {type(exc).__name__}: {exc}")
+                    finished.append(req)
+                    continue
                 generated += forced
             if reason is not None:
                 self.finish(req, reason)

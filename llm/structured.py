@@ -40,6 +40,14 @@ class ConstraintError(ValueError):
     the message names the problem."""
 
 
+class Unsatisfiable(ValueError):
+    """A grammar that allows no token of the model's vocabulary next (it asks for characters
+    the vocabulary cannot write): the request's mistake, found while it runs."""
+
+
+UNSATISFIABLE = "unsatisfiable"  # the finish reason of a request whose grammar its model cannot follow
+
+
 @dataclass(frozen=True)
 class Constraint:
     kind: str
@@ -162,7 +170,11 @@ class GrammarState:
         self.matcher = matcher
 
     def fill(self, bitmask: torch.Tensor, row: int) -> None:
+        """Its allowed tokens into `bitmask[row]`; Unsatisfiable when there are none."""
         self.matcher.fill_next_token_bitmask(bitmask, row)
+        if not bool(bitmask[row].any()):
+            raise Unsatisfiable("structured output: the grammar allows no token of the model's vocabulary here "
+                                "(it asks for characters the model cannot write)")
 
     def accept(self, token: int) -> bool:
         return bool(self.matcher.accept_token(token))
@@ -174,7 +186,10 @@ class GrammarState:
     def forced(self, tokenizer: "Tokenizer", most: int) -> list[int]:
         """The tokens of what the grammar allows alone from here, accepted, at most
         `most`, the last of them left to the model."""
-        text = self.matcher.find_jump_forward_string()
+        try:
+            text = self.matcher.find_jump_forward_string()
+        except UnicodeDecodeError:  # the forced bytes end inside a character: let the model write it
+            return []
         if not text or most < 1:
             return []
         taken = []
@@ -249,7 +264,8 @@ def _compile(compiler, c: Constraint):
         if c.kind == "regex":
             return compiler.compile_regex(c.spec)
         if c.kind == "choice":
-            return compiler.compile_grammar("root ::= " + " | ".join(json.dumps(x) for x in json.loads(c.spec)))
+            return compiler.compile_grammar("root ::= " + " | ".join(json.dumps(x, ensure_ascii=False)
+                                                                     for x in json.loads(c.spec)))
         return compiler.compile_grammar(c.spec)
     except Exception as exc:  # the backend's verdict on a user's spec, whatever its type: never a 500
         reason = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__

@@ -15,7 +15,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from core.numbers import json_int
 from llm.sampling import SamplingParams
 from llm.serving import model_id
-from llm.structured import MAX_CHOICE_CHARS, MAX_CHOICES, MAX_SPEC_CHARS, Constraint, ConstraintError
+from llm.structured import (MAX_CHOICE_CHARS, MAX_CHOICES, MAX_SPEC_CHARS, UNSATISFIABLE, Constraint,
+                            ConstraintError)
 
 if TYPE_CHECKING:
     from llm.engine import LLMEngine
@@ -233,6 +234,8 @@ def _reason(reason: str | None) -> str | None:
 
 def response(c: Completion, out: Output) -> dict:
     """The whole answer to a request that was not streamed."""
+    if out.finish_reason == UNSATISFIABLE:
+        raise StructuredOutputError(out.error)
     if out.finish_reason == "error":
         raise GenerationFailed(f"generation failed: {out.error}")
     choice = {"index": 0, "finish_reason": _reason(out.finish_reason)}
@@ -252,6 +255,9 @@ async def chunks(c: Completion, include_usage: bool = False, timeout_s: float = 
     if chat:
         yield {**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]}
     async for out in c.handle.astream(timeout_s):
+        if out.finish_reason == UNSATISFIABLE:
+            yield {"error": {"message": out.error, "type": "invalid_request_error", "code": 400}}
+            return
         if out.finish_reason == "error":
             yield {"error": {"message": f"generation failed: {out.error}", "type": "server_error", "code": 500}}
             return

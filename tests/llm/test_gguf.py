@@ -261,7 +261,7 @@ def test_adapters_load_at_run_time_and_a_mixed_batch_gives_each_request_its_own_
                ({"lora_name": "third", "lora_path": "nowhere"}, 404, "no folder"),
                ({"lora_name": "nope:x", "lora_path": "second"}, 404, "no LLM 'nope'")]
     write_adapter(served_smollm2.repository / "smollm2-135m-instruct" / "wide", seed=2, hidden=640, kv=640)
-    refused.append(({"lora_name": "wide", "lora_path": "wide"}, 422, r"needs \(4, 576\)"))
+    refused.append(({"lora_name": "wide", "lora_path": "wide"}, 409, r"needs \(4, 576\)"))
     for body, status, message in refused:
         r = httpx.post(f"{url}/v1/load_lora_adapter", json=body, timeout=60)
         assert r.status_code == status and re.search(message, r.text), (body, r.text)

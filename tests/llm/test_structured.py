@@ -142,3 +142,19 @@ def test_what_cannot_be_compiled_or_is_over_the_limits_is_refused_by_name(smollm
     with pytest.raises(ValueError, match=r"ignore_eos cannot be combined"):
         SamplingParams(ignore_eos=True, constraint=Constraint.json_object())
     assert not engine.has_work()  # nothing was admitted
+
+
+def test_a_grammar_the_vocabulary_cannot_follow_fails_that_request_alone(tmp_path, smollm2_engine):
+    """A word-level model cannot write "é": its request ends `unsatisfiable` with the
+    reason, while the one beside it runs on. A choice whose forced bytes end inside a
+    character (a non-BMP one) is written by SmolLM2 without jump-forward there."""
+    folder = make_tiny_llama(tmp_path / "words")
+    engine = LLMEngine(load_model(folder), Tokenizer(folder, eos_ids=(96,)), EngineConfig(num_blocks=64, block_size=4))
+    bad, good = run(engine, [("t1 t2", SamplingParams(max_tokens=4, constraint=Constraint.choice(["é"]))),
+                             ("t1 t2", SamplingParams(max_tokens=4, ignore_eos=True))])
+    out = bad.result(5)
+    assert out.finish_reason == "unsatisfiable" and "allows no token" in out.error
+    assert good.result(5).finish_reason == "length"
+    wide = "\U000286bf\U000286c0"
+    held = run(smollm2_engine, [("Write it:", SamplingParams(max_tokens=16, constraint=Constraint.choice([wide])))])
+    assert held[0].result(5).text == wide

@@ -3,7 +3,7 @@
 An adapter is served as `<llm>:<name>` (a bare name adapts llm_model's LLM). Its folder
 is in peft's format and within the model repository (a relative path is the LLM's own
 folder's); one whose rank, projections or shapes do not fit the base is refused with
-the reason (422), and past the engine's `max_loras` a load is a 409. Both routes always
+the reason (409), and so is a load past the engine's `max_loras`. Both routes always
 need the API key: they change what the server serves.
 """
 

@@ -66,6 +66,8 @@ async def _run(request: Request, service: Vigil, body: protocol.CompletionReques
             return Response(status_code=499)  # nobody is listening
         try:
             return protocol.response(c, out)
+        except protocol.StructuredOutputError as exc:  # a grammar the model's vocabulary cannot follow
+            raise BadRequest(str(exc)) from None
         except protocol.GenerationFailed as exc:
             raise GenerationError(str(exc)) from None
     include_usage = bool(body.stream_options and body.stream_options.include_usage)

@@ -26,7 +26,7 @@ from llm.sampling import SamplingParams
 from llm.serving import ServedModel, load_llm, model_id, split_id
 from vigil.services.apps import AppService
 from vigil.services.captions import Captions
-from vigil.services.errors import Conflict, Forbidden, Invalid, NotFound, Overloaded
+from vigil.services.errors import Conflict, Forbidden, NotFound, Overloaded
 from vigil.services.streams import StreamService
 from vigil.settings import Settings
 from vigil.storage import Storage
@@ -108,19 +108,20 @@ class LLMService:
         root = self.settings.model_repository.resolve()
         try:
             path = (folder if folder.is_absolute() else root / name / folder).resolve()
-        except (OSError, RuntimeError) as exc:  # a loop of links, a name too long
-            raise Invalid(f"lora_path: {folder}: {exc}") from None
-        if not path.is_relative_to(root):
+            inside, found = path.is_relative_to(root), path.is_dir()
+        except (OSError, RuntimeError) as exc:  # a loop of links, a name too long: no such folder
+            raise NotFound(f"lora_path: {exc.strerror if isinstance(exc, OSError) else exc}") from None
+        if not inside:
             raise Forbidden(f"lora_path: {folder} is outside the model repository ({root}); adapters load from "
                             "within it")
-        if not path.is_dir():
+        if not found:
             raise NotFound(f"lora_path: no folder {path}")
         try:
             engine.load_lora(adapter, path)
         except AdapterError as exc:
             raise Conflict(str(exc)) from None
         except ValueError as exc:  # CheckpointError: what does not fit its base
-            raise Invalid(f"lora_path: {exc}") from None
+            raise Conflict(f"lora_path: {exc}") from None
         return model_id(name, adapter)
 
     def unload_adapter(self, served: str) -> str:
