@@ -79,21 +79,23 @@ class AdapterSet:
 
     def read(self, name: str, folder: Path) -> Adapter:
         """The adapter at `folder`, checked (no lock needed: it touches nothing served)."""
-        if name in self.loaded:
-            raise AdapterError(f"adapter {name!r} is loaded already; unload it first")
-        if len(self.loaded) >= self.max_loras:
-            raise AdapterError(f"{len(self.loaded)} adapters are loaded, the most held (max_loras); unload one "
-                               f"first: {', '.join(self.loaded)}")
+        self._check_room(name)
         return read_adapter(name, folder, self.cfg, self.max_rank)
 
     def add(self, adapter: Adapter) -> None:
-        if len(self.loaded) >= self.max_loras:  # another load came first
-            raise AdapterError(f"{len(self.loaded)} adapters are loaded, the most held (max_loras)")
+        self._check_room(adapter.name)  # again: another load may have come since it was read
         self.loaded[adapter.name] = adapter
         # the prefix cache's blocks through this adapter, as loaded now: a later load of
         # another adapter under the same name must not find them
         self.salts[adapter.name] = f"lora:{adapter.name}:{next(self._loads)}".encode()
         self._rebuild()
+
+    def _check_room(self, name: str) -> None:
+        if name in self.loaded:
+            raise AdapterError(f"adapter {name!r} is loaded already; unload it first")
+        if len(self.loaded) >= self.max_loras:
+            raise AdapterError(f"{len(self.loaded)} adapters are loaded, the most held (max_loras); unload one "
+                               f"first: {', '.join(self.loaded)}")
 
     def remove(self, name: str) -> None:
         if name not in self.loaded:

@@ -162,8 +162,6 @@ class LLMEngine:
         say why not); it is read outside the lock, so steps go on meanwhile."""
         adapter = self.adapters.read(name, folder)
         with self._cond:
-            if name in self.adapters.loaded:
-                raise AdapterError(f"adapter {name!r} is loaded already; unload it first")
             self.adapters.add(adapter)
 
     def unload_lora(self, name: str) -> None:
